@@ -23,7 +23,7 @@ def budro_solvers():
         name="dual",
         factory=DualSolver,
         description="Exact dual: eta* by a 1-D cutting plane, then an exactly optimal plan that meets the budget.",
-        capabilities={"exact", "warm-start", "blocked"},
+        capabilities={"exact", "warm-start", "blocked", "sparse-cost"},
         aliases=("dual-bisection",),
     )
     yield SolverPlugin(
