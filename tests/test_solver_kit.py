@@ -49,8 +49,9 @@ def test_sparse_capable_solvers_pass_the_kit_on_neighbour_costs(name):
     assert {r["cost"] for r in report} == {"sparse"}
 
 
-def test_the_entropic_solvers_declare_sparse_support():
-    assert {"entropic", "entropic-sgd"} <= set(SPARSE_SOLVERS)
+def test_every_solver_with_a_sparse_path_declares_it():
+    assert {"dual", "dual-sgd", "entropic", "entropic-sgd"} <= set(SPARSE_SOLVERS)
+    assert "lp" not in SPARSE_SOLVERS
 
 
 # ---------------------------------------------------------------------------- hypothesis
