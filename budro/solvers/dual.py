@@ -446,7 +446,11 @@ class DualSolver(Solver):
         hull tops are within budget).  The value is a guess to be certified by one evaluation.
         """
         n, eps = problem.n, problem.eps
-        cols, R, C = cand.cols, cand.R, cand.C
+        # The candidates keep pairs within tau below a column's hull (they may tie at eta*); the
+        # breakpoints are those of the exact hull, so those pairs are dropped here (tau = 0):
+        # with them the transitions would be summed out of order and the guess could miss eta*
+        # by a hair, leaving the cutting plane a dozen evaluations to do.
+        _, cols, R, C = _upper_hulls(cand.rows, cand.cols, cand.R, cand.C, 0.0, n)
         last = np.empty(cols.size, dtype=bool)
         last[-1] = True
         np.not_equal(cols[1:], cols[:-1], out=last[:-1])
