@@ -11,9 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from budro.exceptions import ValidationError
+from budro.solvers import _sparse_kernels
 from budro.solvers.dual import DualSolver
 from budro.solvers.lp import LPSolver
 from budro.transport import Cost, EmbeddingCost, NeighborCost, TransportProblem
+
+#: The sparse path's two ways of pruning the lists; the compiled one where numba is installed.
+KERNELS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(
+    not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')"))]
 
 RTOL = 1e-9
 
@@ -100,7 +106,8 @@ def check_plan(problem, res):
 
 @pytest.mark.parametrize(("integer", "shuffle"), [(True, False), (False, False), (True, True)],
                          ids=["integer-ties", "continuous", "unsorted-lists"])
-def test_sparse_dual_matches_lp_and_dense_path(integer, shuffle):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_sparse_dual_matches_lp_and_dense_path(integer, shuffle, kernel):
     rng = np.random.default_rng(31 + integer + 2 * shuffle)
     for n, m in ((6, 2), (15, 4), (30, 6), (50, 12)):
         losses, labels, cost = make_sparse(rng, n, m, K=2 + (n % 2), n_distinct=(2 * n) // 3, integer=integer,
@@ -109,7 +116,7 @@ def test_sparse_dual_matches_lp_and_dense_path(integer, shuffle):
         for eps in restricted_budgets(cost):
             sparse_problem = TransportProblem(losses, labels, cost, eps)
             dense_problem = TransportProblem(losses, labels, dense_cost, eps)
-            sparse = DualSolver().solve(sparse_problem)
+            sparse = DualSolver(kernel=kernel).solve(sparse_problem)
             dense = DualSolver().solve(dense_problem)
             lp = LPSolver().solve(dense_problem)
             assert sparse.info["sparse"] and not dense.info["sparse"]
@@ -140,15 +147,38 @@ def sparse_problems(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=sparse_problems())
 def test_property_sparse_equals_lp(problem):
-    sparse = DualSolver().solve(problem)
+    sparse = DualSolver(kernel="numpy").solve(problem)
     check_plan(problem, sparse)
     lp = LPSolver().solve(TransportProblem(problem.losses, problem.labels, InfDenseCost(problem.cost), problem.eps))
     assert abs(sparse.objective - lp.objective) <= RTOL * max(1.0, abs(lp.objective))
 
 
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=sparse_problems())
+def test_property_compiled_kernel_gives_the_numpy_result(problem):
+    # Same eta*, objective and weights (ties, duplicates, eps = 0 and non-binding budgets included),
+    # and the compiled candidates reproduce the full argmax structure at the optimum too.
+    a = DualSolver(kernel="numpy").solve(problem)
+    b = DualSolver(kernel="numba").solve(problem)
+    check_plan(problem, b)
+    assert b.eta == pytest.approx(a.eta, rel=1e-12, abs=1e-15)
+    assert abs(b.objective - a.objective) <= RTOL * max(1.0, abs(a.objective))
+    np.testing.assert_allclose(b.weights.sum(axis=0), a.weights.sum(axis=0), rtol=0, atol=1e-12)
+    lp = LPSolver().solve(TransportProblem(problem.losses, problem.labels, InfDenseCost(problem.cost), problem.eps))
+    assert abs(b.objective - lp.objective) <= RTOL * max(1.0, abs(lp.objective))
+
+
+def test_kernel_parameter_is_validated():
+    with pytest.raises(ValidationError, match="kernel must be one of 'auto', 'numba', 'numpy'"):
+        DualSolver(kernel="fortran")
+    assert DualSolver(kernel="numpy").kernel == "numpy"
+
+
 @pytest.mark.parametrize(("integer", "offset"), [(True, 0.0), (False, 0.0), (False, 1e4), (True, -3e5)],
                          ids=["integer-ties", "continuous", "large-losses", "large-negative-integer"])
-def test_pruned_pairs_reproduce_the_full_evaluation(integer, offset):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_pruned_pairs_reproduce_the_full_evaluation(integer, offset, kernel):
     # The pairs kept by dominance and hull pruning give exactly the argmax structure of a pass
     # over every listed pair (unlisted at +inf), at any eta, 0 and the breakpoints included.
     # Large offsets stress the float32 margins of the pruning scans (differences far below
@@ -158,7 +188,7 @@ def test_pruned_pairs_reproduce_the_full_evaluation(integer, offset):
     losses, labels, cost = make_sparse(rng, n, m, K=2, n_distinct=50, integer=integer)
     losses = losses * (1e-3 if offset and not integer else 1.0) + offset
     dense_cost = InfDenseCost(cost)
-    solver = DualSolver()
+    solver = DualSolver(kernel=kernel)
     sp_problem = TransportProblem(losses, labels, cost, 0.5)
     de_problem = TransportProblem(losses, labels, dense_cost, 0.5)
     cand, n_dominance = solver._sparse_candidates(sp_problem)
@@ -181,13 +211,14 @@ def test_pruned_pairs_reproduce_the_full_evaluation(integer, offset):
         assert part.value == pytest.approx(full.value, rel=1e-13, abs=1e-13)
 
 
-def test_breakpoints_give_the_optimum_in_one_evaluation():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_breakpoints_give_the_optimum_in_one_evaluation(kernel):
     rng = np.random.default_rng(43)
     n, m = 400, 12
     losses, labels, cost = make_sparse(rng, n, m, K=2, integer=False)
     for frac in (0.01, 0.1, 0.5):
         problem = TransportProblem(losses, labels, cost, frac * float(cost.neighbor_costs.mean()))
-        res = DualSolver().solve(problem)
+        res = DualSolver(kernel=kernel).solve(problem)
         assert res.n_iter == 1 and res.info["certified"] and res.eta > 0
         check_plan(problem, res)
         assert res.info["split_column"] is not None
