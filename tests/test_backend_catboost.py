@@ -339,3 +339,22 @@ def test_bad_weights_and_calls():
 def test_import_does_not_load_catboost():
     code = "import sys, budro.backends.catboost, budro.backends.plugins; assert 'catboost' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_driven_rounds_emit_no_catboost_warnings():
+    # With numba installed CatBoost 1.2.10 warns, when a model with a Python objective is
+    # constructed, that it cannot compile the objective's methods: once per round here.
+    import warnings
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(120, 3))
+    y = (X[:, 0] > 0).astype(int)
+    backend = CatBoostBackend()
+    backend.start(X, y, 2, random_state=0)
+    weights = np.zeros((120, 2))
+    weights[np.arange(120), 1 - y] = 1 / 120
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        backend.step(weights)
+        backend.step(weights)
+    assert backend.n_rounds == 3
