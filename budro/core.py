@@ -130,7 +130,7 @@ class BuDRO:
                 raise ValidationError(
                     f"n_neighbors needs a fair metric with an embedding (embed(X)); {type(self.metric_).__name__} has none"
                 )
-            self.cost_ = NeighborCost(embed(X), self.n_neighbors)
+            self.cost_ = NeighborCost(embed(X), self.n_neighbors, n_jobs=-1)
         self.time_setup_ = time.perf_counter() - t0
 
         self.backend.start(X, y, K, random_state=random_state)

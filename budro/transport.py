@@ -179,6 +179,8 @@ class NeighborCost(Cost):
     (scikit-learn's ``NearestNeighbors``, or faiss's exact flat index with ``method="faiss"`` when
     faiss is installed) and reused every round: O(n m) memory, and O(n m) work per solve.  The
     costs of listed pairs are recomputed exactly from the embedding (duplicates cost exactly 0).
+    scikit-learn chooses its own algorithm up to 200 000 points (brute force when p > 15) and
+    uses a k-d tree above that, where brute force would be O(n^2 p).
 
     Attributes
     ----------
@@ -209,8 +211,14 @@ class NeighborCost(Cost):
         own = np.arange(n)
         not_self = idx != own[:, None]
         others = np.take_along_axis(idx, np.argsort(~not_self, axis=1, kind="stable"), axis=1)[:, : m - 1]
-        d = self.Z[others] - self.Z[:, None, :]
-        costs = np.einsum("ijk,ijk->ij", d, d)
+        # Exact squared distances of the listed pairs, in row blocks (an (n, m, p) difference
+        # array would take 2.3 GB at n = 10^6, m = 16, p = 19).
+        costs = np.empty(others.shape)
+        block = max(1, (64 << 20) // max(1, 8 * others.shape[1] * self.Z.shape[1]))
+        for start in range(0, n, block):
+            stop = min(n, start + block)
+            d = self.Z[others[start:stop]] - self.Z[start:stop, None, :]
+            np.einsum("ijk,ijk->ij", d, d, out=costs[start:stop])
         order = np.argsort(costs, axis=1, kind="stable")
         self.neighbors = np.column_stack([own, np.take_along_axis(others, order, axis=1)]).astype(np.intp)
         self.neighbor_costs = np.column_stack([np.zeros(n), np.take_along_axis(costs, order, axis=1)])
@@ -259,10 +267,17 @@ class NeighborCost(Cost):
         return f"NeighborCost(n={self.n}, m={self.m})"
 
 
+#: Above this many points scikit-learn's "auto" choice (brute force whenever p > 15) is O(n^2 p)
+#: work; a k-d tree is used instead (fast where the data have a low intrinsic dimension, as
+#: tabular data usually do; faiss, method="faiss", is the alternative otherwise).
+_BRUTE_FORCE_MAX_N = 200_000
+
+
 def _sklearn_neighbors(Z: np.ndarray, m: int, n_jobs: int | None) -> np.ndarray:
     from sklearn.neighbors import NearestNeighbors
 
-    nn = NearestNeighbors(n_neighbors=m, algorithm="auto", n_jobs=n_jobs).fit(Z)
+    algorithm = "auto" if Z.shape[0] <= _BRUTE_FORCE_MAX_N else "kd_tree"
+    nn = NearestNeighbors(n_neighbors=m, algorithm=algorithm, n_jobs=n_jobs).fit(Z)
     return nn.kneighbors(Z, return_distance=False)
 
 
