@@ -70,10 +70,15 @@ def _paper_setting(setting: str, backend: str):
 
 
 def _synthetic(n: int, d: int = 20, seed: int = 0):
+    """Tabular-like synthetic data: d features driven by 5 latent factors plus a little noise
+    (a low intrinsic dimension, as real tabular data have; exact k-d tree neighbour search is
+    practical there, where it is not on isotropic Gaussian noise in 19 dimensions), a binary
+    protected attribute f0 and a proxy of it (f1)."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
-    X = rng.normal(size=(n, d))
+    F = rng.normal(size=(n, 5))
+    X = F @ (rng.normal(size=(5, d)) / np.sqrt(5)) + 0.02 * rng.normal(size=(n, d))
     X[:, 0] = rng.integers(0, 2, n)  # a binary protected attribute
     X[:, 1] += 0.8 * X[:, 0]  # a proxy for it
     logits = X[:, 1:6] @ np.array([1.0, -0.7, 0.5, 0.3, -0.2]) + 0.5 * X[:, 0]

@@ -179,7 +179,7 @@ class NeighborCost(Cost):
     (scikit-learn's ``NearestNeighbors``, or faiss's exact flat index with ``method="faiss"`` when
     faiss is installed) and reused every round: O(n m) memory, and O(n m) work per solve.  The
     costs of listed pairs are recomputed exactly from the embedding (duplicates cost exactly 0).
-    scikit-learn chooses its own algorithm up to 200 000 points (brute force when p > 15) and
+    scikit-learn chooses its own algorithm up to 50 000 points (brute force when p > 15) and
     uses a k-d tree above that, where brute force would be O(n^2 p).
 
     Attributes
@@ -270,7 +270,7 @@ class NeighborCost(Cost):
 #: Above this many points scikit-learn's "auto" choice (brute force whenever p > 15) is O(n^2 p)
 #: work; a k-d tree is used instead (fast where the data have a low intrinsic dimension, as
 #: tabular data usually do; faiss, method="faiss", is the alternative otherwise).
-_BRUTE_FORCE_MAX_N = 200_000
+_BRUTE_FORCE_MAX_N = 50_000
 
 
 def _sklearn_neighbors(Z: np.ndarray, m: int, n_jobs: int | None) -> np.ndarray:
