@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import platform
+import re
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -183,12 +184,16 @@ def _versions() -> dict:
 
 
 def _report(results: list[dict], command: str) -> str:
-    lines = ["# Performance report", "", f"Command: `{command}`", "",
-             f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}", "",
-             "Versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()), "",
-             "Per-round times are medians where per-round (phases) and totals / rounds otherwise; "
-             "plain and BuDRO ran side by side in one process; peak RSS is the process's high-water mark "
-             "after each run (BuDRO ran second, so its figure includes the plain run's peak).", "",
+    import numpy
+
+    lines = [f"Command: `{command}`", "",
+             f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before the run "
+             f"{os.getloadavg()[0]:.2f}", "",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()) + f" (numpy {numpy.__version__})", "",
+             "Plain boosting (the library's own multi-round training, same parameters and rounds) and BuDRO ran side "
+             "by side in one process per row; peak RSS is the process's high-water mark after BuDRO (which ran "
+             "second, so it includes the plain run's peak).", "",
              "Columns: plain / BuDRO ms/round = training time / rounds (BuDRO's without the set-up); losses, solve, "
              "tree = medians of BuDRO's per-round phases (margins and per-label losses; transport solve; one tree on "
              "D0), other = BuDRO ms/round - (losses + solve + tree); set-up = fair metric and neighbour graph; "
@@ -198,7 +203,7 @@ def _report(results: list[dict], command: str) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r.get('setting', r.get('n'))} | {r['backend']} | error: {r['error']} |")
+            lines.append(f"| {r.get('setting') or r.get('n')} | {r['backend']} | error: {r['error']} |")
             continue
         name = r.get("setting") or f"synthetic n={r['n']}"
         other = r["budro_round_ms"] - r["time_losses_ms"] - r["time_solve_ms"] - r["time_tree_ms"]
@@ -207,6 +212,16 @@ def _report(results: list[dict], command: str) -> str:
             f"{r['plain_round_ms']:.2f} | {r['budro_round_ms']:.2f} | **{r['ratio']:.2f}** | {r['time_losses_ms']:.2f} | "
             f"{r['time_solve_ms']:.2f} | {r['time_tree_ms']:.2f} | {other:.2f} | {r['setup_s']:.2f} | {r['budro_s']:.1f} | "
             f"{r['budro_rss_mib']:.0f} |")
+    adult = [r for r in results if r.get("setting") == "adult" and "error" not in r]
+    if adult:
+        lines += ["", "Issue targets at Adult (200 rounds, the paper's configuration, 2 cores):", ""]
+        for r in adult:
+            full = r["rounds_scale"] == 1.0
+            lines.append(
+                f"- {r['backend']}: BuDRO / plain per round {r['ratio']:.2f} (target <= 3: "
+                f"{'met' if r['ratio'] <= 3 else 'NOT met'}); end to end {r['budro_s']:.1f} s "
+                f"(target <= 30 s: {'met' if r['budro_s'] <= 30 and full else ('NOT met' if full else 'not a full run')}); "
+                f"peak RSS {r['budro_rss_mib']:.0f} MiB (target <= 2048: {'met' if r['budro_rss_mib'] <= 2048 else 'NOT met'})")
     ex = [(r, e) for r in results for e in r.get("exactness", [])]
     if ex:
         lines += ["", "Exactness of the sparse adversary (full problem solved exactly by the dense dual in column blocks):", "",
@@ -219,7 +234,22 @@ def _report(results: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write(section: str, body: str, output: Path) -> None:
+    """Put the report in ``output`` between the section's markers (replaced in place, so the
+    prose around it stays; appended the first time)."""
+    text = output.read_text() if output.exists() else "# Performance\n\nMade by `benchmarks/training.py`.\n"
+    block = f"<!-- {section}:start -->\n### {section}\n\n{body}\n<!-- {section}:end -->"
+    pattern = re.compile(rf"<!-- {re.escape(section)}:start -->.*?<!-- {re.escape(section)}:end -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_case":
+        print(json.dumps(run_case(json.loads(argv[1])), default=str))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--settings", default="german,compas,adult", help="comma list of german,compas,adult, or 'none'")
     ap.add_argument("--backends", default="xgboost,lightgbm", help="comma list of registered backends")
@@ -251,22 +281,25 @@ def main(argv=None) -> int:
         cases.append({"kind": "synthetic", "setting": None, "n": n, "backend": backends[0], "threads": args.threads,
                       "rounds": args.scaling_rounds, "rounds_scale": 1.0, "n_neighbors": 16, "exactness_rounds": 0})
 
-    ctx = mp.get_context("spawn")
     results = []
     for case in cases:
         label = case.get("setting") or f"synthetic n={case['n']}"
         print(f"running {label} / {case['backend']} ...", file=sys.stderr, flush=True)
-        with ctx.Pool(1) as pool:
-            try:
-                r = pool.apply(run_case, (case,))
-            except Exception as exc:  # report, keep going
-                r = {**case, "error": f"{type(exc).__name__}: {exc}"}
+        # A fresh interpreter per case (its own peak memory; not a daemonic pool worker, where
+        # scikit-learn's neighbour search would be limited to one job).
+        proc = subprocess.run([sys.executable, __file__, "_case", json.dumps(case)], capture_output=True, text=True)
+        if proc.returncode == 0:
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+        else:  # report, keep going
+            r = {**case, "error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
         results.append(r)
         print(json.dumps({k: v for k, v in r.items() if k != "exactness"}, default=str), file=sys.stderr, flush=True)
-    command = "python benchmarks/training.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/training.py " + " ".join(argv)
+    section = "Paper settings" if any(c["kind"] == "paper" for c in cases) else "Scaling (synthetic)"
+    if any(c["kind"] == "paper" for c in cases) and any(c["kind"] != "paper" for c in cases):
+        section = "Paper settings and scaling"
     report = _report(results, command.strip())
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(report)
+    _write(section, report, Path(args.output))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
     print(report)
