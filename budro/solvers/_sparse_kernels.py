@@ -28,7 +28,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["available", "sparse_candidates", "select_breakpoint"]
+__all__ = ["available", "sparse_candidates", "select_breakpoint", "evaluate"]
 
 
 @functools.cache
@@ -51,9 +51,9 @@ def _kernels():
 def sparse_candidates(rows: np.ndarray, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray, tau: float):
     """Run the candidate kernel on neighbour lists in increasing cost per column.
 
-    Returns ``(rows, cols, R, C, n_dominance, edges_e, edges_dc, last_cost)``: the candidate pairs
-    grouped by column in increasing cost, the number kept by dominance, the exact hulls' edges and
-    each column's largest hull cost.
+    Returns ``(rows, cols, R, C, n_dominance, edges_e, edges_dc, last_cost, starts)``: the
+    candidate pairs grouped by column in increasing cost, the number kept by dominance, the exact
+    hulls' edges, each column's largest hull cost and where each column starts.
     """
     kernel, _ = _kernels()
     import numba
@@ -70,14 +70,17 @@ def sparse_candidates(rows: np.ndarray, C: np.ndarray, flat: np.ndarray, losses_
     chunks = max(1, min(n, 4 * numba.get_num_threads()))
     bounds = np.linspace(0, n, chunks + 1).round().astype(np.int64)
     counts = np.zeros((chunks, 3), dtype=np.int64)
+    col_count = np.empty(n, dtype=np.int64)
     kernel(bounds, rows, C, flat, losses_flat, float(tau), out_rows, out_cols, out_R, out_C, edge_e, edge_dc,
-           last_cost, counts)
+           last_cost, col_count, counts)
+    starts = np.zeros(n, dtype=np.intp)
+    np.cumsum(col_count[:-1], out=starts[1:])
     pairs = [slice(bounds[c] * m, bounds[c] * m + counts[c, 0]) for c in range(chunks)]
     edges = [slice(bounds[c] * (m - 1), bounds[c] * (m - 1) + counts[c, 2]) for c in range(chunks)]
     return (np.concatenate([out_rows[s] for s in pairs]), np.concatenate([out_cols[s] for s in pairs]),
             np.concatenate([out_R[s] for s in pairs]), np.concatenate([out_C[s] for s in pairs]),
             int(counts[:, 1].sum()), np.concatenate([edge_e[s] for s in edges]),
-            np.concatenate([edge_dc[s] for s in edges]), last_cost)
+            np.concatenate([edge_dc[s] for s in edges]), last_cost, starts)
 
 
 def select_breakpoint(e: np.ndarray, dc: np.ndarray, need: float) -> float:
@@ -86,3 +89,18 @@ def select_breakpoint(e: np.ndarray, dc: np.ndarray, need: float) -> float:
         return 0.0
     _, select = _kernels()
     return float(select(np.ascontiguousarray(e), np.ascontiguousarray(dc), float(need), 1024))
+
+
+def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray, eta: float, tie_rtol: float,
+             scale: float) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sum of the column maxima of ``R - eta C`` over candidate pairs grouped by column, and each
+    column's cheapest / most expensive argmax row and their costs."""
+    from budro.solvers import _sparse_numba
+
+    n = starts.size
+    lo = np.empty(n, dtype=np.intp)
+    hi = np.empty(n, dtype=np.intp)
+    c_lo = np.empty(n)
+    c_hi = np.empty(n)
+    total = _sparse_numba.evaluate(starts, rows, R, C, float(eta), float(tie_rtol), float(scale), lo, hi, c_lo, c_hi)
+    return float(total), lo, hi, c_lo, c_hi

@@ -6,134 +6,131 @@ import numba
 import numpy as np
 
 
-@numba.njit(cache=True, nogil=True)
-def _hull_pass(rc, rr, alive, h, tau, idx):
-    """Drop, all at once, the alive interior runs more than tau below the chord between
-    their alive neighbours (``idx`` is scratch); returns how many were dropped."""
-    k = 0
-    for t in range(h):
-        if alive[t]:
-            idx[k] = t
-            k += 1
-    dropped = 0
-    for q in range(1, k - 1):
-        a, b, c = idx[q - 1], idx[q], idx[q + 1]
-        dC1 = rc[b] - rc[a]
-        dC2 = rc[c] - rc[a]
-        dR1 = rr[b] - rr[a]
-        dR2 = rr[c] - rr[a]
-        # R_b < R_a + dR2 * dC1 / dC2 - tau, multiplied by dC2 > 0 (as the numpy path)
-        if dR1 * dC2 < dR2 * dC1 - tau * dC2:
-            alive[b] = False
-            dropped += 1
-    return dropped
+@numba.njit(cache=True, nogil=True, inline="always")
+def _below(ca, ra, cb, rb, cc, rc, tau):
+    """Whether (cb, rb) lies more than tau below the chord from (ca, ra) to (cc, rc), ca < cb < cc:
+    then ``R_b - eta C_b < max(R_a - eta C_a, R_c - eta C_c) - tau`` at every eta >= 0."""
+    # R_b < R_a + dR2 * dC1 / dC2 - tau, multiplied by dC2 > 0 (as the numpy path)
+    dC1 = cb - ca
+    dC2 = cc - ca
+    return (rb - ra) * dC2 < (rc - ra) * dC1 - tau * dC2
+
 
 @numba.njit(cache=True, nogil=True)
 def _columns(j0, j1, rows, C, flat, losses_flat, tau, out_rows, out_cols, out_R, out_C, edge_e, edge_dc,
-             last_cost):
+             last_cost, col_count):
     """Columns j0 <= j < j1; their pairs go to the outputs from j0 * m, their edges from
-    j0 * (m - 1).  Returns (pairs written, pairs kept by dominance, edges written)."""
+    j0 * (m - 1).  Returns (pairs written, pairs kept by dominance, edges written).
+
+    One pass over each list: dominance; runs of equal cost (each at its largest loss); the
+    tau-hull of the runs with a stack (a run is popped when it lies more than tau below the chord
+    between the run under it and the next run: two points of the column certify that it never
+    comes within tau of the column's maximum); then the exact hull (tau = 0) of what is left."""
     m = rows.shape[1]
-    Rl = np.empty(m)
-    keep = np.empty(m, dtype=np.bool_)
+    kpos = np.empty(m, dtype=np.int64)  # kept list positions, in cost order
+    kval = np.empty(m)
     rc = np.empty(m)  # run costs
     rr = np.empty(m)  # run values (largest loss of the run)
-    rfirst = np.empty(m, dtype=np.int64)  # first list position of each run
-    rlast = np.empty(m, dtype=np.int64)
-    alive = np.empty(m, dtype=np.bool_)
-    exact = np.empty(m, dtype=np.bool_)
-    idx = np.empty(m, dtype=np.int64)
+    rfirst = np.empty(m, dtype=np.int64)  # first kept entry of each run
+    st = np.empty(m, dtype=np.int64)  # tau-hull stack (run indices)
+    ex = np.empty(m, dtype=np.int64)  # exact-hull stack
     n_out = j0 * m
     n_dom = 0
     n_edge = j0 * (m - 1)
     for j in range(j0, j1):
-        # 1. dominance, in increasing cost
+        # 1-2. dominance in increasing cost, and runs of equal cost among the kept positions
         best = -np.inf
-        for r in range(m):
-            v = losses_flat[flat[j, r]]
-            Rl[r] = v
-            keep[r] = r == 0 or v + tau >= best
-            if v > best:
-                best = v
-        # 2. runs of equal cost among the kept positions
+        nk = 0
         h = 0
         for r in range(m):
-            if not keep[r]:
+            v = losses_flat[flat[j, r]]
+            if r > 0 and v + tau < best:
                 continue
-            n_dom += 1
-            if h > 0 and C[j, r] == rc[h - 1]:
-                rlast[h - 1] = r
-                if Rl[r] > rr[h - 1]:
-                    rr[h - 1] = Rl[r]
+            if v > best:
+                best = v
+            c = C[j, r]
+            kpos[nk] = r
+            kval[nk] = v
+            if h > 0 and c == rc[h - 1]:
+                if v > rr[h - 1]:
+                    rr[h - 1] = v
             else:
-                rc[h] = C[j, r]
-                rr[h] = Rl[r]
-                rfirst[h] = r
-                rlast[h] = r
+                rc[h] = c
+                rr[h] = v
+                rfirst[h] = nk
                 h += 1
-        # 3. the tau-hull over runs
+            nk += 1
+        n_dom += nk
+        # 3. the tau-hull over runs (first and last run always kept)
+        first = n_out
+        s = 0
         for t in range(h):
-            alive[t] = True
-        while h >= 3 and _hull_pass(rc, rr, alive, h, tau, idx) > 0:
-            pass
-        for t in range(h):
-            if not alive[t]:
-                continue
+            while s >= 2 and _below(rc[st[s - 2]], rr[st[s - 2]], rc[st[s - 1]], rr[st[s - 1]], rc[t], rr[t], tau):
+                s -= 1
+            st[s] = t
+            s += 1
+        for q in range(s):
+            t = st[q]
             top = rr[t] - tau
-            for r in range(rfirst[t], rlast[t] + 1):
-                if keep[r] and Rl[r] >= top:
+            stop = rfirst[t + 1] if t + 1 < h else nk
+            for k in range(rfirst[t], stop):
+                if kval[k] >= top:
+                    r = kpos[k]
                     out_rows[n_out] = rows[j, r]
                     out_cols[n_out] = j
-                    out_R[n_out] = Rl[r]
+                    out_R[n_out] = kval[k]
                     out_C[n_out] = C[j, r]
                     n_out += 1
-        # 4. the exact hull (tau = 0) over the alive runs, and its edges
-        for t in range(h):
-            exact[t] = alive[t]
-        while h >= 3 and _hull_pass(rc, rr, exact, h, 0.0, idx) > 0:
-            pass
-        prev = -1
-        for t in range(h):
-            if not exact[t]:
-                continue
-            if prev >= 0:
-                dc = rc[t] - rc[prev]
-                if dc > 0.0:
-                    e = (rr[t] - rr[prev]) / dc
-                    edge_e[n_edge] = e if e > 0.0 else 0.0
-                    edge_dc[n_edge] = dc
-                    n_edge += 1
-            prev = t
-        last_cost[j] = rc[prev]
+        col_count[j] = n_out - first
+        # 4. the exact hull (tau = 0) of the tau-hull's runs, and its edges
+        e_n = 0
+        for q in range(s):
+            t = st[q]
+            while e_n >= 2 and _below(rc[ex[e_n - 2]], rr[ex[e_n - 2]], rc[ex[e_n - 1]], rr[ex[e_n - 1]], rc[t], rr[t], 0.0):
+                e_n -= 1
+            ex[e_n] = t
+            e_n += 1
+        for q in range(1, e_n):
+            a, b = ex[q - 1], ex[q]
+            dc = rc[b] - rc[a]
+            if dc > 0.0:
+                e = (rr[b] - rr[a]) / dc
+                edge_e[n_edge] = e if e > 0.0 else 0.0
+                edge_dc[n_edge] = dc
+                n_edge += 1
+        last_cost[j] = rc[ex[e_n - 1]]
     return n_out - j0 * m, n_dom, n_edge - j0 * (m - 1)
+
 
 @numba.njit(cache=True, parallel=True)
 def candidates(bounds, rows, C, flat, losses_flat, tau, out_rows, out_cols, out_R, out_C, edge_e, edge_dc,
-               last_cost, counts):
+               last_cost, col_count, counts):
     """The columns in chunks ``bounds[c] <= j < bounds[c + 1]``, one chunk per task."""
     for c in numba.prange(bounds.size - 1):
         a, b, d = _columns(bounds[c], bounds[c + 1], rows, C, flat, losses_flat, tau, out_rows, out_cols,
-                           out_R, out_C, edge_e, edge_dc, last_cost)
+                           out_R, out_C, edge_e, edge_dc, last_cost, col_count)
         counts[c, 0] = a
         counts[c, 1] = b
         counts[c, 2] = d
 
 @numba.njit(cache=True, nogil=True)
-def _bucket(x, lo, width, n_buckets):
-    """Bucket of x in [lo, lo + n_buckets * width), clamped (rounding, overflow to inf)."""
-    q = (x - lo) / width
+def _bucket(x, lo, inv_width, n_buckets):
+    """Bucket of x in [lo, lo + n_buckets / inv_width), clamped (rounding, overflow to inf)."""
+    q = (x - lo) * inv_width
     if not q > 0.0:
         return 0
     if q >= n_buckets:
         return n_buckets - 1
     return int(q)
 
+
 @numba.njit(cache=True, nogil=True)
 def select(e, dc, need, n_buckets):
     """min{t in e : sum(dc[e <= t]) >= need}, or max(e) if the total falls short.
 
     Buckets by value, keeps the bucket where the running sum crosses ``need``, and repeats
-    inside it (the values are far from uniform) until few are left, which are sorted."""
+    inside it (the values are far from uniform) until few are left, which are sorted.  The
+    bucket function is monotone in the value, so the sums below a bucket are exact prefixes."""
     top = 0.0
     for i in range(e.size):
         if e[i] > top:
@@ -142,14 +139,16 @@ def select(e, dc, need, n_buckets):
     acc = 0.0  # sum of dc over values below the current range
     ee, dd = e, dc
     sums = np.empty(n_buckets)
+    which = np.empty(e.size, dtype=np.int64)
     rounds = 0
     while ee.size > 64 and hi > lo and rounds < 40:
-        width = (hi - lo) / n_buckets
-        if not width > 0.0:
+        inv_width = n_buckets / (hi - lo)
+        if not (inv_width < np.inf):
             break
         sums[:] = 0.0
         for i in range(ee.size):
-            b = _bucket(ee[i], lo, width, n_buckets)
+            b = _bucket(ee[i], lo, inv_width, n_buckets)
+            which[i] = b
             sums[b] += dd[i]
         bucket = -1
         for b in range(n_buckets):
@@ -162,7 +161,7 @@ def select(e, dc, need, n_buckets):
         cnt = 0
         bmin, bmax = np.inf, -np.inf
         for i in range(ee.size):
-            if _bucket(ee[i], lo, width, n_buckets) == bucket:
+            if which[i] == bucket:
                 cnt += 1
                 bmin = min(bmin, ee[i])
                 bmax = max(bmax, ee[i])
@@ -174,7 +173,7 @@ def select(e, dc, need, n_buckets):
             d2 = np.empty(cnt)
             k = 0
             for i in range(ee.size):
-                if _bucket(ee[i], lo, width, n_buckets) == bucket:
+                if which[i] == bucket:
                     e2[k] = ee[i]
                     d2[k] = dd[i]
                     k += 1
@@ -186,3 +185,36 @@ def select(e, dc, need, n_buckets):
         if acc >= need:
             return ee[order[q]]
     return top
+
+
+@numba.njit(cache=True, nogil=True)
+def evaluate(starts, rows, R, C, eta, tie_rtol, scale, lo, hi, c_lo, c_hi):
+    """g's column terms at eta on candidate pairs grouped by column (``starts``; every column
+    non-empty): the sum of the column maxima, and each column's cheapest / most expensive
+    argmax row (ties within ``tie_rtol * (scale + |max|)``, equal costs to the smallest row),
+    with the same arithmetic per pair as the numpy path."""
+    n = starts.size
+    size = rows.size
+    total = 0.0
+    for j in range(n):
+        a = starts[j]
+        b = starts[j + 1] if j + 1 < n else size
+        vmax = -np.inf
+        for k in range(a, b):
+            v = R[k] - C[k] * eta
+            if v > vmax:
+                vmax = v
+        total += vmax
+        floor = vmax - tie_rtol * (scale + abs(vmax))
+        clo, chi = np.inf, -np.inf
+        rlo, rhi = -1, -1
+        for k in range(a, b):
+            if R[k] - C[k] * eta >= floor:
+                c = C[k]
+                i = rows[k]
+                if c < clo or (c == clo and i < rlo):
+                    clo, rlo = c, i
+                if c > chi or (c == chi and i < rhi):
+                    chi, rhi = c, i
+        lo[j], hi[j], c_lo[j], c_hi[j] = rlo, rhi, clo, chi
+    return total

@@ -84,6 +84,8 @@ class _Candidates:
     #: The minimiser of g read off the exact hulls' breakpoints, where the compiled kernel
     #: computed it along with the candidates (see :meth:`DualSolver._breakpoint_eta`).
     breakpoint_eta: float | None = None
+    #: Made by the compiled kernel: g is evaluated on them by the compiled kernel too.
+    compiled: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -464,12 +466,11 @@ class DualSolver(Solver):
         ``budro.solvers._sparse_kernels``), which also reads the breakpoint guess off the exact hulls."""
         n = problem.n
         losses_flat = np.ascontiguousarray(problem.losses, dtype=np.float64).reshape(-1)
-        rows, cols, R, C, n_dom, edge_e, edge_dc, last_cost = _sparse_kernels.sparse_candidates(
+        rows, cols, R, C, n_dom, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
             layout.rows, layout.C, layout.flat, losses_flat, tau)
         need = float(last_cost.sum()) - n * problem.eps
         eta = 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
-        starts = np.searchsorted(cols, np.arange(n))
-        return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta), n_dom
+        return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta, compiled=True), n_dom
 
     @staticmethod
     def _breakpoint_eta(problem: TransportProblem, cand: _Candidates) -> float:
@@ -512,6 +513,10 @@ class DualSolver(Solver):
         """:meth:`_evaluate` restricted to the candidate pairs (same values, O(len(cand.rows)))."""
         n = problem.n
         scale = float(np.abs(problem.losses).max())
+        if cand.compiled:
+            total, lo, hi, c_lo, c_hi = _sparse_kernels.evaluate(cand.starts, cand.rows, cand.R, cand.C, eta,
+                                                                 self.tie_rtol, scale)
+            return _DualPoint(eta=float(eta), value=problem.eps * eta + total / n, lo=lo, hi=hi, c_lo=c_lo, c_hi=c_hi)
         V = cand.R - cand.C * eta
         vmax = np.maximum.reduceat(V, cand.starts)
         # The argmax sets, as a list grouped by column (every column has at least its maximum),
