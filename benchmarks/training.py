@@ -67,6 +67,10 @@ def _paper_setting(setting: str, backend: str):
     data = cfg.load_dataset()
     train, _ = data.train_test_split(test_size=0.2, random_state=0)
     params, dropped = backend_params_for(cfg, backend)
+    if backend == "lightgbm" and "max_depth" in params and "num_leaves" not in params:
+        # LightGBM's default of 31 leaves would cap a depth-14 tree at 31 leaves: let max_depth
+        # mean what it means for XGBoost (the paper's trees).
+        params["num_leaves"] = min(2 ** int(params["max_depth"]), 131072)
     return train.X, np.asarray(train.y), cfg, params, dropped
 
 
@@ -212,6 +216,13 @@ def _report(results: list[dict], command: str) -> str:
             f"{r['plain_round_ms']:.2f} | {r['budro_round_ms']:.2f} | **{r['ratio']:.2f}** | {r['time_losses_ms']:.2f} | "
             f"{r['time_solve_ms']:.2f} | {r['time_tree_ms']:.2f} | {other:.2f} | {r['setup_s']:.2f} | {r['budro_s']:.1f} | "
             f"{r['budro_rss_mib']:.0f} |")
+    lines += ["", "Parameters (the BuDRO method of experiments/<setting>.toml, translated by name as `budro compare` "
+              "does; LightGBM's num_leaves = 2^max_depth):", ""]
+    for r in results:
+        if "error" not in r:
+            dropped = f" (dropped: {', '.join(r['dropped'])})" if r.get("dropped") else ""
+            lines.append(f"- {r.get('setting') or 'synthetic n=%d' % r['n']} / {r['backend']}: "
+                         f"`{json.dumps(r['backend_params'])}`{dropped}; solver {r['solver']}")
     adult = [r for r in results if r.get("setting") == "adult" and "error" not in r]
     if adult:
         lines += ["", "Issue targets at Adult (200 rounds, the paper's configuration, 2 cores):", ""]
@@ -287,7 +298,11 @@ def main(argv=None) -> int:
         print(f"running {label} / {case['backend']} ...", file=sys.stderr, flush=True)
         # A fresh interpreter per case (its own peak memory; not a daemonic pool worker, where
         # scikit-learn's neighbour search would be limited to one job).
-        proc = subprocess.run([sys.executable, __file__, "_case", json.dumps(case)], capture_output=True, text=True)
+        # Every library in the child gets the same thread count: the booster (its parameter), the
+        # compiled solver kernel (numba) and the neighbour search (joblib's n_jobs=-1).
+        env = {**os.environ, "NUMBA_NUM_THREADS": str(case["threads"]), "LOKY_MAX_CPU_COUNT": str(case["threads"])}
+        proc = subprocess.run([sys.executable, __file__, "_case", json.dumps(case)], capture_output=True, text=True,
+                              env=env)
         if proc.returncode == 0:
             r = json.loads(proc.stdout.strip().splitlines()[-1])
         else:  # report, keep going
