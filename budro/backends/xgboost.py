@@ -277,7 +277,8 @@ class XGBoostBackend(Backend):
         scale = float(self._n_train) if self.weight_scale == "n" else 1.0
         booster, dtrain, iteration = self._booster, self._dtrain, self._booster.num_boosted_rounds()
         if self.n_classes_ == 2:
-            b = P[:, 1] * self._scale_pos_weight  # D0 weight of the label-1 copies
+            # D0 weight of the label-1 copies (no multiplication, i.e. no copy, without scale_pos_weight)
+            b = P[:, 1] * self._scale_pos_weight if self._scale_pos_weight != 1.0 else P[:, 1]
             w = P[:, 0] + b
             q = np.divide(b, w, out=np.zeros_like(w), where=w > 0).astype(np.float32)
             if self._scale_pos_weight != 1.0:
@@ -305,7 +306,9 @@ class XGBoostBackend(Backend):
 
     def _cached_margins(self) -> np.ndarray:
         if self._margins is None:
-            m = self._booster.predict(self._dtrain, output_margin=True)
+            # The training DMatrix itself: XGBoost's prediction cache, and no feature names to check
+            # (validate_features=True would read and compare them at every round).
+            m = self._booster.predict(self._dtrain, output_margin=True, validate_features=False)
             self._margins = np.asarray(m, dtype=np.float64).reshape(self._n_train, -1)
             if self.n_classes_ == 2:
                 self._margins = self._margins[:, 0]
