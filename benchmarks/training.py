@@ -272,7 +272,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--exactness", type=int, default=0,
                     help="rounds at which to solve the full problem (sparse settings, first backend only; "
-                         "about 5 minutes per round at Adult)")
+                         "about 100 s per round at Adult)")
     ap.add_argument("--neighbors", default="config",
                     help="n_neighbors of the sparse settings (Adult): an integer, or 'config' for SETTINGS' value")
     ap.add_argument("--output", default=str(REPO / "docs" / "performance.md"))
