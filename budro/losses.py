@@ -16,8 +16,14 @@ def label_losses(margins: np.ndarray, n_classes: int) -> np.ndarray:
     """
     m = np.asarray(margins, dtype=np.float64)
     if n_classes == 2 and m.ndim == 1:
-        # -log sigmoid(m) for label 1, -log(1 - sigmoid(m)) = log(1 + e^m) for label 0
-        return np.column_stack([np.logaddexp(0.0, m), np.logaddexp(0.0, -m)])
+        # -log sigmoid(m) for label 1, -log(1 - sigmoid(m)) = log(1 + e^m) for label 0.
+        # Both share t = log(1 + e^-|m|): log(1 + e^m) = max(m, 0) + t, log(1 + e^-m) = max(-m, 0) + t
+        # (one exp and one log1p instead of two logaddexp; equal to within 1 ulp, no overflow).
+        out = np.empty((m.shape[0], 2))
+        t = np.log1p(np.exp(-np.abs(m)))
+        np.add(np.maximum(m, 0.0), t, out=out[:, 0])
+        np.add(np.maximum(-m, 0.0), t, out=out[:, 1])
+        return out
     m = m.reshape(m.shape[0], -1)
     return logsumexp(m, axis=1, keepdims=True) - m
 
