@@ -173,6 +173,24 @@ def test_kernel_parameter_is_validated():
     with pytest.raises(ValidationError, match="kernel must be one of 'auto', 'numba', 'numpy'"):
         DualSolver(kernel="fortran")
     assert DualSolver(kernel="numpy").kernel == "numpy"
+    with pytest.raises(ValidationError, match="kernel_threads must be an integer >= 1 or None"):
+        DualSolver(kernel_threads=0)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+@pytest.mark.parametrize("threads", [1, 2, None])
+def test_compiled_kernel_gives_the_same_result_on_any_thread_count(threads):
+    import numba
+
+    rng = np.random.default_rng(47)
+    losses, labels, cost = make_sparse(rng, 300, 10, K=2, integer=True)
+    problem = TransportProblem(losses, labels, cost, 0.2 * float(cost.neighbor_costs.mean()))
+    before = numba.get_num_threads()
+    ref = DualSolver(kernel="numpy").solve(problem)
+    res = DualSolver(kernel="numba", kernel_threads=threads).solve(problem)
+    assert numba.get_num_threads() == before  # restored
+    assert res.eta == ref.eta and res.objective == pytest.approx(ref.objective, rel=1e-13)
+    np.testing.assert_array_equal(res.weights, ref.weights)
 
 
 @pytest.mark.parametrize(("integer", "offset"), [(True, 0.0), (False, 0.0), (False, 1e4), (True, -3e5)],

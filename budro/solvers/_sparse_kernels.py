@@ -48,12 +48,14 @@ def _kernels():
     return _sparse_numba.candidates, _sparse_numba.select
 
 
-def sparse_candidates(rows: np.ndarray, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray, tau: float):
+def sparse_candidates(rows: np.ndarray, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray, tau: float,
+                      threads: int | None = 1):
     """Run the candidate kernel on neighbour lists in increasing cost per column.
 
     Returns ``(rows, cols, R, C, n_dominance, edges_e, edges_dc, last_cost, starts)``: the
     candidate pairs grouped by column in increasing cost, the number kept by dominance, the exact
-    hulls' edges, each column's largest hull cost and where each column starts.
+    hulls' edges, each column's largest hull cost and where each column starts.  ``threads``: the
+    kernel's threads (None: numba's default, every core).
     """
     kernel, _ = _kernels()
     import numba
@@ -67,12 +69,18 @@ def sparse_candidates(rows: np.ndarray, C: np.ndarray, flat: np.ndarray, losses_
     edge_e = np.empty(max(n * (m - 1), 1))
     edge_dc = np.empty(max(n * (m - 1), 1))
     last_cost = np.empty(n)
-    chunks = max(1, min(n, 4 * numba.get_num_threads()))
+    before = numba.get_num_threads()
+    use = before if threads is None else max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+    chunks = max(1, min(n, 4 * use))
     bounds = np.linspace(0, n, chunks + 1).round().astype(np.int64)
     counts = np.zeros((chunks, 3), dtype=np.int64)
     col_count = np.empty(n, dtype=np.int64)
-    kernel(bounds, rows, C, flat, losses_flat, float(tau), out_rows, out_cols, out_R, out_C, edge_e, edge_dc,
-           last_cost, col_count, counts)
+    numba.set_num_threads(use)
+    try:
+        kernel(bounds, rows, C, flat, losses_flat, float(tau), out_rows, out_cols, out_R, out_C, edge_e, edge_dc,
+               last_cost, col_count, counts)
+    finally:
+        numba.set_num_threads(before)
     starts = np.zeros(n, dtype=np.intp)
     np.cumsum(col_count[:-1], out=starts[1:])
     pairs = [slice(bounds[c] * m, bounds[c] * m + counts[c, 0]) for c in range(chunks)]

@@ -132,6 +132,11 @@ class DualSolver(Solver):
         Adult), vectorised numpy passes (``"numpy"``), or numba when it is installed
         (``"auto"``).  Both compute the same candidate pairs up to pairs that can never tie, and
         give the same result.  Dense and embedding costs do not use it.
+    kernel_threads : int or None, default 1
+        Threads of the compiled kernel (None: numba's default, every core).  One by default: on
+        a 2-core machine a second kernel thread competes with the booster's own threads between
+        rounds (Adult, XGBoost, 2 threads: 31 ms per BuDRO round with two kernel threads, 24 ms
+        with one; docs/performance.md).
 
     Notes
     -----
@@ -178,7 +183,7 @@ class DualSolver(Solver):
     exact = True
 
     def __init__(self, tie_rtol: float = 1e-12, max_iter: int = 100, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                 kernel: str = "auto"):
+                 kernel: str = "auto", kernel_threads: int | None = 1):
         if isinstance(tie_rtol, bool) or not isinstance(tie_rtol, numbers.Real):
             raise ValidationError(f"DualSolver: tie_rtol must be a number in (0, 1e-3], got {tie_rtol!r}")
         if not (0.0 < float(tie_rtol) <= 1e-3):
@@ -200,7 +205,11 @@ class DualSolver(Solver):
         self.tie_rtol = float(tie_rtol)
         self.max_iter = int(max_iter)
         self.block_bytes = int(block_bytes)
+        if kernel_threads is not None and (isinstance(kernel_threads, bool) or not isinstance(kernel_threads, numbers.Integral)
+                                           or kernel_threads < 1):
+            raise ValidationError(f"DualSolver: kernel_threads must be an integer >= 1 or None, got {kernel_threads!r}")
         self.kernel = kernel
+        self.kernel_threads = None if kernel_threads is None else int(kernel_threads)
         self._layout_cache: _SparseLayout | None = None
 
     def __getstate__(self) -> dict:
@@ -210,7 +219,7 @@ class DualSolver(Solver):
 
     def __repr__(self) -> str:
         return (f"DualSolver(tie_rtol={self.tie_rtol:g}, max_iter={self.max_iter}, block_bytes={self.block_bytes}, "
-                f"kernel={self.kernel!r})")
+                f"kernel={self.kernel!r}, kernel_threads={self.kernel_threads})")
 
     # ------------------------------------------------------------------ the dual function
 
@@ -459,15 +468,14 @@ class DualSolver(Solver):
         starts = np.searchsorted(cols, np.arange(n))
         return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C), n_dominance
 
-    @staticmethod
-    def _sparse_candidates_compiled(problem: TransportProblem, layout: "_SparseLayout", tau: float
+    def _sparse_candidates_compiled(self, problem: TransportProblem, layout: "_SparseLayout", tau: float
                                     ) -> tuple[_Candidates, int]:
         """:meth:`_sparse_candidates` by the compiled per-column kernel (module
         ``budro.solvers._sparse_kernels``), which also reads the breakpoint guess off the exact hulls."""
         n = problem.n
         losses_flat = np.ascontiguousarray(problem.losses, dtype=np.float64).reshape(-1)
         rows, cols, R, C, n_dom, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
-            layout.rows, layout.C, layout.flat, losses_flat, tau)
+            layout.rows, layout.C, layout.flat, losses_flat, tau, threads=self.kernel_threads)
         need = float(last_cost.sum()) - n * problem.eps
         eta = 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
         return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta, compiled=True), n_dom
