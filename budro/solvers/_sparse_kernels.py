@@ -12,11 +12,14 @@ cost,
 
 1. dominance: position r is kept iff ``R_r + tau >= max(R_0 .. R_{r-1})``;
 2. runs of equal cost; a run member more than ``tau`` below the run's largest loss is dropped;
-3. the tau-hull: interior runs more than ``tau`` below the chord between their alive neighbour
-   runs are dropped, all at once per pass, until a pass drops none (first and last run kept);
-   the members of the surviving runs are the candidates;
-4. the exact hull (the same passes with ``tau = 0``) gives the column's edges, with breakpoints
-   ``e_k = max(dR_k / dC_k, 0)`` where the argmax cost drops by ``dC_k``.
+3. the tau-hull, built with a stack in cost order: a run is popped when it lies more than
+   ``tau`` below the chord between the run under it and the next run (two points of the column
+   certify that it never comes within ``tau`` of the column maximum; first and last run kept);
+   the members of the surviving runs within ``tau`` of their run's largest loss are the
+   candidates.  The numpy path drops runs in simultaneous passes instead; both keep only pairs
+   that are certified never to tie, so they evaluate ``g`` identically;
+4. the exact hull of those runs (the same stack with ``tau = 0``) gives the column's edges, with
+   breakpoints ``e_k = max(dR_k / dC_k, 0)`` where the argmax cost drops by ``dC_k``.
 
 numba is optional (``pip install budro[fast]``); without it the numpy path runs.  Compilation
 is cached on disk (``cache=True``) and happens on first use.
@@ -41,11 +44,11 @@ def available() -> bool:
     return True
 
 
-@functools.cache
 def _kernels():
+    """The compiled functions' module (imports numba)."""
     from budro.solvers import _sparse_numba
 
-    return _sparse_numba.candidates, _sparse_numba.select
+    return _sparse_numba
 
 
 def sparse_candidates(rows: np.ndarray, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray, tau: float,
@@ -57,8 +60,9 @@ def sparse_candidates(rows: np.ndarray, C: np.ndarray, flat: np.ndarray, losses_
     hulls' edges, each column's largest hull cost and where each column starts.  ``threads``: the
     kernel's threads (None: numba's default, every core).
     """
-    kernel, _ = _kernels()
     import numba
+
+    kernel = _kernels().candidates
 
     n, m = rows.shape
     cap = n * m
@@ -95,20 +99,17 @@ def select_breakpoint(e: np.ndarray, dc: np.ndarray, need: float) -> float:
     """``min{t in e : sum(dc[e <= t]) >= need}`` (``max(e)`` if never), in O(len(e))."""
     if e.size == 0:
         return 0.0
-    _, select = _kernels()
-    return float(select(np.ascontiguousarray(e), np.ascontiguousarray(dc), float(need), 1024))
+    return float(_kernels().select(np.ascontiguousarray(e), np.ascontiguousarray(dc), float(need), 1024))
 
 
 def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray, eta: float, tie_rtol: float,
              scale: float) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sum of the column maxima of ``R - eta C`` over candidate pairs grouped by column, and each
     column's cheapest / most expensive argmax row and their costs."""
-    from budro.solvers import _sparse_numba
-
     n = starts.size
     lo = np.empty(n, dtype=np.intp)
     hi = np.empty(n, dtype=np.intp)
     c_lo = np.empty(n)
     c_hi = np.empty(n)
-    total = _sparse_numba.evaluate(starts, rows, R, C, float(eta), float(tie_rtol), float(scale), lo, hi, c_lo, c_hi)
+    total = _kernels().evaluate(starts, rows, R, C, float(eta), float(tie_rtol), float(scale), lo, hi, c_lo, c_hi)
     return float(total), lo, hi, c_lo, c_hi

@@ -24,6 +24,7 @@ already holds one.  Infinite costs (unlisted pairs of a sparse cost such as
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -101,8 +102,18 @@ class _SparseLayout:
     rows: np.ndarray  # (n, m) listed rows of column j, by increasing cost
     C: np.ndarray  # (n, m) their costs
     flat: np.ndarray  # (n, m) rows * K + labels[j]: R[rows, j] = losses.ravel()[flat]
-    flat_t: np.ndarray  # (m, n) the same, list position major (fast scans over positions)
-    C_t32: np.ndarray  # (m, n) costs in float32, list position major (the pruning scans)
+
+    # The numpy path's position-major copies, built on first use (the compiled kernel does not
+    # need them: 12 bytes per listed pair).
+    @functools.cached_property
+    def flat_t(self) -> np.ndarray:
+        """(m, n) ``flat``, list position major (fast scans over positions)."""
+        return np.ascontiguousarray(self.flat.T)
+
+    @functools.cached_property
+    def C_t32(self) -> np.ndarray:
+        """(m, n) costs in float32, list position major (the pruning scans)."""
+        return np.ascontiguousarray(self.C.T, dtype=np.float32)
 
 
 # Position of a point relative to the minimiser of g.
@@ -382,7 +393,6 @@ class DualSolver(Solver):
         layout = _SparseLayout(
             neighbors=cost.neighbors, neighbor_costs=cost.neighbor_costs, labels=labels.copy(), K=K,
             rows=np.ascontiguousarray(rows), C=np.ascontiguousarray(C), flat=np.ascontiguousarray(flat),
-            flat_t=np.ascontiguousarray(flat.T), C_t32=np.ascontiguousarray(C.T, dtype=np.float32),
         )
         self._layout_cache = layout
         return layout
@@ -407,11 +417,11 @@ class DualSolver(Solver):
         pairs kept by step 1.
         """
         layout = self._sparse_layout(problem)
-        n, m = layout.rows.shape
-        losses_flat = problem.losses.reshape(-1)
         tau = self._tau(problem)
         if self.kernel == "numba" or (self.kernel == "auto" and _sparse_kernels.available()):
             return self._sparse_candidates_compiled(problem, layout, tau)
+        n, m = layout.rows.shape
+        losses_flat = problem.losses.reshape(-1)
         width = int(max(1, min(n, self.block_bytes // max(8 * m, 1))))
         scale = float(np.abs(problem.losses).max())
         unit = 2.0**-24 * scale  # float32 rounding of a loss
