@@ -278,6 +278,8 @@ def main(argv=None) -> int:
     ap.add_argument("--output", default=str(REPO / "docs" / "performance.md"))
     ap.add_argument("--json", help="also write raw results here")
     args = ap.parse_args(argv)
+    if args.neighbors != "config" and not (args.neighbors.isdigit() and int(args.neighbors) >= 1):
+        ap.error(f"--neighbors must be an integer >= 1 or 'config', got {args.neighbors!r}")
 
     cases = []
     settings = [] if args.settings == "none" else [s for s in args.settings.split(",") if s]
