@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["BudroError", "ValidationError", "ConfigError", "PluginError", "UnknownPluginError", "DuplicatePluginError"]
+__all__ = ["BudroError", "ValidationError", "ModelFileError", "ConfigError", "PluginError", "UnknownPluginError", "DuplicatePluginError"]
 
 
 class BudroError(Exception):
@@ -11,6 +11,11 @@ class BudroError(Exception):
 
 class ValidationError(BudroError, ValueError):
     """Bad input: wrong shape, NaN/inf, impossible parameter value."""
+
+
+class ModelFileError(ValidationError):
+    """A model file that cannot be read: damaged, edited, of an unknown format or version, or a
+    pickle refused without ``trusted=True``; the message names the file and what is wrong."""
 
 
 class ConfigError(ValidationError):
