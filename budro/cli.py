@@ -54,11 +54,11 @@ def _cmd_fit(args: argparse.Namespace) -> int:
 
     from budro.config import load_config
     from budro.persist import save_model
-    from budro.progress import ProgressBar
 
     cfg = load_config(args.config)
     X, y = cfg.load_data()
-    est = cfg.estimator(callbacks=[] if args.quiet else [ProgressBar()])
+    # verbose draws the bar during fit only: the saved model holds no callback
+    est = cfg.estimator().set_params(verbose=0 if args.quiet else 1)
     est.fit(X, y)
     output = args.output or cfg.output or str(Path(args.config).with_suffix(".budro").name)
     path = save_model(est, output)
@@ -94,7 +94,8 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
     if output is None and not (cfg.experiment or {}).get("output"):
         output = str(Path("results") / Path(args.config).stem)
     result = run_experiment(cfg, splits=args.splits, output=output, methods=methods, grid=grid, fresh=args.fresh,
-                            progress=not args.quiet, command=_command_line())
+                            progress=not args.quiet, command=_command_line(),
+                            log=lambda note: print(f"budro: {note}", file=sys.stderr, flush=True))
     print(result.table())
     print(f"\n{result.n_computed} fit(s) computed, {result.n_reused} reused from {result.output / 'runs'}")
     for name, path in result.files.items():
@@ -136,8 +137,21 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _installed_version() -> str:
+    """The installed distribution's version (its metadata), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("budro")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        from budro import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="budro", description="Individually fair gradient boosting (BuDRO).")
+    parser.add_argument("--version", action="version", version=f"budro {_installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="train plain XGBoost and BuDRO on the paper's synthetic example")
@@ -212,6 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BudroError as exc:
         print(f"budro: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: one line, the shell's status for SIGINT (128 + 2)
+        print(f"\nbudro: {str(exc) or 'interrupted'}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,9 +4,13 @@
 (stratified) splits of the data, evaluates each fitted model on the test part with
 :func:`budro.evaluation.evaluate`, and writes, under the output folder:
 
-* ``runs/<method>/split-<k>.json``: one file per (method, split), written as soon as that fit
-  is evaluated.  Re-running the command skips every unit whose file exists with the same
-  fingerprint (method, parameters, data, split seed), so an interrupted run resumes;
+* ``runs/<method>/split-<k>.json``: one file per (method, split), written atomically as soon as
+  that fit is evaluated.  Re-running the command skips every unit whose file exists with the same
+  fingerprint, so an interrupted run (Ctrl-C keeps every finished split) resumes.  The
+  fingerprint covers the method and its parameters, the ``[data]`` section, the split seed, the
+  SHA-256 of every input file the config reads (a CSV/parquet ``data.path``; the raw files of a
+  built-in data set in the data home) and the budro version: a result computed from other data or
+  by another budro version is never reported, it is recomputed and the run says why;
 * ``splits.csv``: every metric of every (method, split);
 * ``summary.csv`` and ``results.md``: mean and standard deviation (over splits, ``ddof=1``) of
   every metric per method; the markdown table has the paper's layout (accuracy, consistency
@@ -49,12 +53,14 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import itertools
 import json
 import math
 import os
 import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,10 +69,11 @@ from typing import Any, Iterable, Mapping, Sequence, TextIO
 import numpy as np
 
 from budro.config import Config, grid_overrides, parse_grid_params
-from budro.exceptions import ConfigError
+from budro.exceptions import ConfigError, ValidationError
 
 __all__ = [
     "ExperimentResult",
+    "ExperimentInterrupted",
     "Unit",
     "run_experiment",
     "summarize",
@@ -79,7 +86,7 @@ __all__ = [
 ]
 
 #: Bumped when the content of a per-split result changes meaning (old files are then recomputed).
-RESULT_VERSION = 1
+RESULT_VERSION = 2
 
 #: Short column titles of the markdown tables.
 TITLES = {
@@ -123,10 +130,25 @@ class ExperimentResult:
     n_reused: int = 0
     columns: list[str] = field(default_factory=list)
     grid: bool = False
+    #: Why finished results were recomputed (a changed input file, another budro version), one line each.
+    notes: list[str] = field(default_factory=list)
 
     def table(self) -> str:
         """The summary as markdown (the paper's layout; with a Parameters column for a grid)."""
         return markdown_table(self.summary, self.columns, with_point=self.grid)
+
+
+class ExperimentInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_experiment`: the finished splits are kept (their files are complete),
+    and the same call resumes from them.  ``str()`` is the one-line message the CLI prints."""
+
+    def __init__(self, kept: int, output: Path):
+        super().__init__(f"interrupted; {kept} finished split(s) kept in {output} (run the same command again to resume)")
+        self.kept = kept
+        self.output = output
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 # ---------------------------------------------------------------------------------- running
@@ -142,6 +164,7 @@ def run_experiment(
     fresh: bool = False,
     progress: bool | TextIO = True,
     command: str | None = None,
+    log: Any = None,
 ) -> ExperimentResult:
     """Run the experiment described by ``cfg`` (see the module docstring).
 
@@ -164,6 +187,17 @@ def run_experiment(
         Progress bar on stderr (or the given stream).
     command : str, optional
         The command line, written into the markdown files.
+    log : callable, optional
+        Called with each note (why finished results are recomputed) before any fit starts; the
+        notes are also in :attr:`ExperimentResult.notes`.
+
+    Raises
+    ------
+    ValidationError
+        The output folder cannot be used (an existing file, not writable, an output file that is a
+        folder), before any data is loaded or any model trained.
+    ExperimentInterrupted
+        On Ctrl-C (a :class:`KeyboardInterrupt`): every finished split is kept on disk.
     """
     exp = cfg.experiment or {}
     n_splits = int(splits if splits is not None else exp.get("splits", 10))
@@ -186,38 +220,57 @@ def run_experiment(
             raise ConfigError(f"grid for {label!r}, which is not among the methods run: {', '.join(labels)}")
 
     out = _output_dir(cfg, output)
-    out.mkdir(parents=True, exist_ok=True)
     seed0 = int(exp.get("seed", 0))
     units: list[Unit] = []
     for k in range(n_splits):
         for label in labels:
             for point in _grid_points(grids.get(label)):
                 units.append(Unit(label, k, seed0 + k, point))
+    paths = [_unit_path(out, _canonical(cfg, unit)) for unit in units]
+    outputs = ["grid-splits.csv", "grid.csv", "grid.md", "tradeoff.png"] if grids else ["splits.csv", "summary.csv", "results.md"]
+    check_output_dir(out, files=outputs, folders={p.parent for p in paths})
 
     dataset = cfg.load_dataset()
+    inputs = input_digests(cfg)
+    # Which finished results can be reused; why the others (if any) are recomputed.
+    plan: list[tuple[Unit, Path, dict[str, Any], dict[str, Any] | None]] = []
+    stale: dict[str, int] = {}
+    for unit, path in zip(units, paths):
+        stamp = _fingerprint(cfg, unit, inputs)
+        row, why = (None, None) if fresh else _read_unit(path, stamp)
+        if why:
+            stale[why] = stale.get(why, 0) + 1
+        plan.append((unit, path, stamp, row))
+    notes = [f"recomputing {count} finished split(s): {why}" for why, count in stale.items()]
+    for note in notes:
+        if log is not None:
+            log(note)
+
     bar = _Progress(len(units), progress)
     rows: list[dict[str, Any]] = []
     computed = reused = 0
     split_cache: dict[int, Any] = {}
-    for unit in units:
-        path = _unit_path(out, _canonical(cfg, unit))
-        fingerprint = _fingerprint(cfg, unit)
-        row = None if fresh else _read_unit(path, fingerprint)
-        if row is not None:
-            reused += 1
-            bar.update(unit, cached=True)
-        else:
-            if unit.split not in split_cache:
-                split_cache.clear()
-                split_cache[unit.split] = dataset.train_test_split(
-                    float(exp.get("test_size", 0.2)), random_state=unit.seed, stratify=bool(exp.get("stratify", True)))
-            train, test = split_cache[unit.split]
-            row = _run_unit(cfg, unit, train, test)
-            _write_unit(path, fingerprint, unit, row)
-            computed += 1
-            bar.update(unit, seconds=row.get("fit_seconds"))
-        rows.append({"method": unit.label, "split": unit.split, "seed": unit.seed, "point": unit.point_name,
-                     **{f"param:{k}": v for k, v in unit.point}, **row})
+    try:
+        for unit, path, stamp, row in plan:
+            if row is not None:
+                reused += 1
+                bar.update(unit, cached=True)
+            else:
+                if unit.split not in split_cache:
+                    split_cache.clear()
+                    split_cache[unit.split] = dataset.train_test_split(
+                        float(exp.get("test_size", 0.2)), random_state=unit.seed, stratify=bool(exp.get("stratify", True)))
+                train, test = split_cache[unit.split]
+                row = _run_unit(cfg, unit, train, test)
+                _write_unit(path, stamp, unit, row)
+                computed += 1
+                bar.update(unit, seconds=row.get("fit_seconds"))
+            rows.append({"method": unit.label, "split": unit.split, "seed": unit.seed, "point": unit.point_name,
+                         **{f"param:{k}": v for k, v in unit.point}, **row})
+    except KeyboardInterrupt:
+        bar.close()
+        kept = sum(1 for _, path, stamp, _ in plan if _read_unit(path, stamp)[0] is not None)
+        raise ExperimentInterrupted(kept, out) from None
     bar.close()
 
     columns = metric_columns(rows)
@@ -227,18 +280,92 @@ def run_experiment(
     header = _header(cfg, dataset, n_splits, seed0, command)
     if grids:
         files["grid.csv"] = write_csv(out / "grid.csv", summary)
-        (out / "grid.md").write_text(header + markdown_table(summary, columns, with_point=True) + "\n")
-        files["grid.md"] = out / "grid.md"
+        files["grid.md"] = write_text(out / "grid.md", header + markdown_table(summary, columns, with_point=True) + "\n")
         opts = (cfg.grid or {}).get("options", {})
         files["tradeoff.png"] = plot_tradeoff(summary, out / "tradeoff.png", x=opts.get("x") or "balanced_accuracy",
                                               bin_width=opts.get("bin_width"), gridded=list(grids),
                                               title=exp.get("title") or dataset.name)
     else:
         files["summary.csv"] = write_csv(out / "summary.csv", summary)
-        (out / "results.md").write_text(header + markdown_table(summary, columns) + "\n")
-        files["results.md"] = out / "results.md"
+        files["results.md"] = write_text(out / "results.md", header + markdown_table(summary, columns) + "\n")
     return ExperimentResult(rows=rows, summary=summary, output=out, files=files, n_computed=computed,
-                            n_reused=reused, columns=columns, grid=bool(grids))
+                            n_reused=reused, columns=columns, grid=bool(grids), notes=notes)
+
+
+def check_output_dir(out: Path, *, files: Iterable[str] = (), folders: Iterable[Path] = ()) -> Path:
+    """Create the output folder ``out`` (and ``folders`` under it) and make sure it can be written,
+    raising a :class:`~budro.exceptions.ValidationError` that names the path otherwise.
+
+    ``files`` are names of files to be written in ``out``; one that exists as a folder is an error.
+    Called before any data is loaded or model trained, so a bad output path fails in seconds.
+    """
+    out = Path(out)
+    hint = "choose another folder with --output/-o (or experiment.output in the config)"
+    for folder in [out, *sorted(set(folders))]:
+        existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            if existing == out:
+                raise ValidationError(f"the output folder {str(out)!r} is an existing file, not a folder: {hint}")
+            raise ValidationError(f"{str(existing)!r} is an existing file where the experiment needs a folder (for "
+                                  f"{str(folder)!r}, output folder {str(out)!r}): remove it or {hint}")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValidationError(f"cannot create the output folder {str(folder)!r}: {exc.strerror or exc}; {hint}") from None
+    for name in files:
+        target = out / name
+        if target.is_dir():
+            raise ValidationError(f"the output file {str(target)!r} is an existing folder: remove it or {hint}")
+    for folder in [out, *sorted(set(folders))]:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".budro-write-test-", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise ValidationError(f"the output folder {str(folder)!r} is not writable ({exc.strerror or exc}); {hint}") from None
+    return out
+
+
+def input_files(cfg: Config) -> dict[str, Path]:
+    """Every input file the config's ``[data]`` section reads: name -> path.
+
+    A file path in the section (``path``, e.g. a CSV or parquet file) is named as written in the
+    config; the raw files of a built-in data set (``german``, ``adult``, ``compas``) by their path
+    in the data home (e.g. ``german/german.data``), those present there.
+    """
+    from budro.datasets import DATA_FILES, get_data_home
+
+    data = cfg.data or {}
+    found: dict[str, Path] = {}
+    for key, value in data.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if key == "path" or key.endswith("_path") or key == "paths":
+            for v in values:
+                if isinstance(v, str):
+                    path = Path(v).expanduser()
+                    found[v] = path if path.is_absolute() else cfg.base_dir / path
+    source = data.get("source")
+    if isinstance(source, str) and any(name.startswith(source + "/") for name in DATA_FILES):
+        home = get_data_home(data.get("data_home"))
+        for name in DATA_FILES:
+            if name.startswith(source + "/"):
+                path = home.joinpath(*name.split("/"))
+                if path.is_file():
+                    found[name] = path
+    return found
+
+
+def input_digests(cfg: Config) -> dict[str, str]:
+    """SHA-256 (hex, read in 1 MiB chunks) of every file of :func:`input_files`."""
+    from budro.datasets._home import sha256_of
+
+    out = {}
+    for name, path in sorted(input_files(cfg).items()):
+        try:
+            out[name] = sha256_of(path)
+        except OSError as exc:
+            raise ConfigError(f"cannot read the input file {str(path)!r} (data section): {exc.strerror or exc}") from None
+    return out
 
 
 def _output_dir(cfg: Config, output: Any) -> Path:
@@ -323,7 +450,11 @@ def _unit_path(out: Path, unit: Unit) -> Path:
     return base / f"split-{unit.split:03d}.json"
 
 
-def _fingerprint(cfg: Config, unit: Unit) -> str:
+def _fingerprint(cfg: Config, unit: Unit, inputs: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a result file must match to be reused: ``config`` (a digest of the method, its
+    parameters, the data section and the split), the input files' digests and the budro version."""
+    from budro import __version__
+
     name, params = cfg.method_spec(unit.label)
     if unit.point:
         params.update(grid_overrides(cfg, unit.label, unit.point_dict))
@@ -341,26 +472,65 @@ def _fingerprint(cfg: Config, unit: Unit) -> str:
              "protected": cfg.protected} if exp.get("certificate") else {}),
     }
     text = json.dumps(payload, sort_keys=True, default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
+    config = hashlib.sha256(text.encode()).hexdigest()
+    inputs = dict(sorted((inputs or {}).items()))
+    whole = json.dumps({"config": config, "inputs": inputs, "budro_version": __version__}, sort_keys=True)
+    return {"fingerprint": hashlib.sha256(whole.encode()).hexdigest(), "config": config, "inputs": inputs,
+            "budro_version": __version__}
 
 
-def _read_unit(path: Path, fingerprint: str) -> dict[str, Any] | None:
+def _read_unit(path: Path, stamp: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """``(metrics, None)`` when ``path`` holds a reusable result; ``(None, why)`` when it holds a
+    result of the same configuration that is stale (changed input file, other budro version);
+    ``(None, None)`` when there is none (or it belongs to another configuration)."""
     try:
         payload = json.loads(path.read_text())
     except (OSError, ValueError):
-        return None
-    if not isinstance(payload, dict) or payload.get("fingerprint") != fingerprint or not isinstance(payload.get("metrics"), dict):
-        return None
-    return payload["metrics"]
+        return None, None
+    if not isinstance(payload, dict) or not isinstance(payload.get("metrics"), dict):
+        return None, None
+    if payload.get("fingerprint") == stamp["fingerprint"]:
+        return payload["metrics"], None
+    if payload.get("config") != stamp["config"]:
+        if "config" not in payload and "fingerprint" in payload:
+            return None, "they were written by an older budro without input checksums"
+        return None, None  # another configuration (a changed parameter): recomputed without comment
+    old, new = payload.get("inputs") or {}, stamp["inputs"]
+    changed = [name for name in new if name in old and old[name] != new[name]]
+    added = [name for name in new if name not in old]
+    removed = [name for name in old if name not in new]
+    reasons = []
+    if changed:
+        reasons.append(f"input file(s) changed since they were computed: {', '.join(changed)}")
+    if added or removed:
+        reasons.append(f"the input files differ ({', '.join([*(f'+{a}' for a in added), *(f'-{r}' for r in removed)])})")
+    if payload.get("budro_version") != stamp["budro_version"]:
+        reasons.append(f"budro version changed ({payload.get('budro_version')} -> {stamp['budro_version']})")
+    return None, "; ".join(reasons) or "their fingerprint differs"
 
 
-def _write_unit(path: Path, fingerprint: str, unit: Unit, row: Mapping[str, Any]) -> None:
+def _write_unit(path: Path, stamp: Mapping[str, Any], unit: Unit, row: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"fingerprint": fingerprint, "method": unit.label, "split": unit.split, "seed": unit.seed,
+    payload = {**stamp, "method": unit.label, "split": unit.split, "seed": unit.seed,
                "point": unit.point_dict, "metrics": dict(row)}
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=1, default=_plain, allow_nan=True))
-    os.replace(tmp, path)  # atomic: an interrupted write never leaves a half file behind
+    # atomic: an interrupted write never leaves a half file that a later resume would trust
+    write_text(path, json.dumps(payload, indent=1, default=_plain, allow_nan=True))
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then
+    :func:`os.replace`; an interruption leaves the old file (or none), never half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
 
 
 # ---------------------------------------------------------------------------------- summaries
@@ -449,14 +619,12 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     keys: list[str] = []
     for row in rows:
         keys += [k for k in row if k not in keys]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=keys)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _csv_value(row.get(k)) for k in keys})
-    return path
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=keys)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_value(row.get(k)) for k in keys})
+    return write_text(path, buffer.getvalue())
 
 
 def _header(cfg: Config, dataset: Any, n_splits: int, seed0: int, command: str | None) -> str:
@@ -534,8 +702,15 @@ def plot_tradeoff(summary: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)  # atomic, like every result file
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     return path
 
 

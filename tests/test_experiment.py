@@ -10,7 +10,7 @@ import pytest
 import budro.experiment as experiment
 from budro.cli import main
 from budro.config import load_config, parse_config
-from budro.exceptions import ConfigError
+from budro.exceptions import ConfigError, ValidationError
 from budro.experiment import parse_grid_arguments, run_experiment
 
 pytest.importorskip("xgboost")
@@ -178,3 +178,159 @@ def test_named_data_sources(data_home):
     assert ds.name == "german" and "S-cons" in ds.counterfactuals and ds.X["age"].min() >= 19
     with pytest.raises(ConfigError, match="data.path' is not used by data source 'compas'"):
         parse_config({"data": {"source": "compas", "path": "x.csv"}})
+
+
+# ---------------------------------------------------------------------------------- stale results, Ctrl-C, outputs
+
+CSV_CONFIG = {
+    "eps": 0.05,
+    "n_steps": 2,
+    "protected": ["x1"],
+    "random_state": 0,
+    "data": {"source": "csv", "path": "train.csv", "label": "y"},
+    "backend": {"name": "xgboost", "max_depth": 2, "nthread": 1},
+    "fair_metric": {"name": "sensitive-subspace", "fit_linear_models": False},
+    "experiment": {"splits": 2},
+    "methods": {"Baseline": {"method": "gbdt", "n_rounds": 3}},
+}
+
+
+def _write_train_csv(path, flip: bool):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(80, 2))
+    y = (X[:, 0] > 0).astype(int)
+    if flip:  # labels unrelated to the features: the accuracy drops
+        y = (rng.random(80) < 0.5).astype(int)
+    lines = ["x0,x1,y"] + [f"{a:.6f},{b:.6f},{c}" for (a, b), c in zip(X, y)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_changed_input_file_is_recomputed_and_says_why(tmp_path):
+    _write_train_csv(tmp_path / "train.csv", flip=False)
+    cfg = parse_config(CSV_CONFIG, base_dir=tmp_path)
+    first = run_experiment(cfg, output=tmp_path / "out", progress=False)
+    assert first.n_computed == 2 and first.notes == []
+    # The same file: reused.  Another file at the same path: recomputed (never the old table).
+    assert run_experiment(cfg, output=tmp_path / "out", progress=False).n_reused == 2
+    _write_train_csv(tmp_path / "train.csv", flip=True)
+    notes = []
+    second = run_experiment(cfg, output=tmp_path / "out", progress=False, log=notes.append)
+    assert (second.n_computed, second.n_reused) == (2, 0)
+    assert notes == second.notes and len(notes) == 1
+    assert "recomputing 2 finished split(s)" in notes[0] and "train.csv" in notes[0] and "changed" in notes[0]
+    # The table is that of the new data (a fresh run elsewhere), not the old one.
+    fresh = run_experiment(cfg, output=tmp_path / "fresh", progress=False)
+    assert [r["accuracy"] for r in second.rows] == [r["accuracy"] for r in fresh.rows]
+    assert [r["accuracy"] for r in second.rows] != [r["accuracy"] for r in first.rows]
+
+
+def test_budro_version_is_in_the_fingerprint(tmp_path, monkeypatch):
+    import budro
+
+    _write_train_csv(tmp_path / "train.csv", flip=False)
+    cfg = parse_config(CSV_CONFIG, base_dir=tmp_path)
+    run_experiment(cfg, output=tmp_path, progress=False)
+    before = budro.__version__
+    monkeypatch.setattr(budro, "__version__", "99.0")
+    again = run_experiment(cfg, output=tmp_path, progress=False)
+    assert again.n_computed == 2
+    assert again.notes == [f"recomputing 2 finished split(s): budro version changed ({before} -> 99.0)"]
+    assert json.loads((tmp_path / "runs/Baseline/split-000.json").read_text())["budro_version"] == "99.0"
+
+
+def test_builtin_data_files_are_in_the_fingerprint(data_home):
+    cfg = parse_config({"data": {"source": "german"}})
+    digests = experiment.input_digests(cfg)
+    assert digests == {"german/german.data": "b21f3d81db8071257d5ff1deaeba1fd4303b62712e6fcc9715c7a86202cb5871"}
+
+
+def test_ctrl_c_keeps_finished_splits_and_exits_130(tmp_path, monkeypatch, capsys):
+    _write_train_csv(tmp_path / "train.csv", flip=False)
+    (tmp_path / "exp.toml").write_text(textwrap.dedent("""
+        eps = 0.05
+        n_steps = 2
+        [data]
+        source = "csv"
+        path = "train.csv"
+        label = "y"
+        [backend]
+        name = "xgboost"
+        nthread = 1
+        [experiment]
+        splits = 3
+        [methods.Baseline]
+        method = "gbdt"
+        n_rounds = 2
+    """))
+    real = experiment._run_unit
+    calls = []
+
+    def interrupted_third(cfg_, unit, train, test):
+        calls.append(unit.split)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(cfg_, unit, train, test)
+
+    monkeypatch.setattr(experiment, "_run_unit", interrupted_third)
+    out = tmp_path / "out"
+    assert main(["experiment", str(tmp_path / "exp.toml"), "-o", str(out), "-q"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == f"budro: interrupted; 2 finished split(s) kept in {out} (run the same command again to resume)"
+    assert "Traceback" not in err
+    assert sorted(p.name for p in (out / "runs" / "Baseline").iterdir()) == ["split-000.json", "split-001.json"]
+    monkeypatch.setattr(experiment, "_run_unit", real)
+    assert main(["experiment", str(tmp_path / "exp.toml"), "-o", str(out), "-q"]) == 0
+    assert "1 fit(s) computed, 2 reused" in capsys.readouterr().out
+
+
+def test_every_command_exits_130_on_ctrl_c(monkeypatch, capsys):
+    import budro.demo
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(budro.demo, "run_demo", interrupted)
+    assert main(["demo", "--no-plot", "-q"]) == 130
+    assert capsys.readouterr().err.strip() == "budro: interrupted"
+
+
+def test_an_interrupted_write_leaves_no_half_file(tmp_path, monkeypatch):
+    target = tmp_path / "runs" / "split-000.json"
+    experiment.write_text(target, '{"old": 1}')
+
+    def killed(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiment.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        experiment.write_text(target, '{"new": 2}' * 1000)
+    assert target.read_text() == '{"old": 1}' and [p.name for p in target.parent.iterdir()] == ["split-000.json"]
+
+
+def test_output_paths_are_checked_before_training(tmp_path, monkeypatch):
+    _write_train_csv(tmp_path / "train.csv", flip=False)
+    cfg = parse_config(CSV_CONFIG, base_dir=tmp_path)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before the output was checked")
+
+    monkeypatch.setattr(experiment, "_run_unit", no_training)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValidationError, match="output folder .*file' is an existing file, not a folder"):
+        run_experiment(cfg, output=tmp_path / "file", progress=False)
+    with pytest.raises(ValidationError, match="is an existing file where the experiment needs a folder"):
+        run_experiment(cfg, output=tmp_path / "file" / "sub", progress=False)
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    (tmp_path / "out" / "runs" / "Baseline").write_text("x")
+    with pytest.raises(ValidationError, match="runs/Baseline' is an existing file"):
+        run_experiment(cfg, output=tmp_path / "out", progress=False)
+    (tmp_path / "out2" / "summary.csv").mkdir(parents=True)
+    with pytest.raises(ValidationError, match="output file .*summary.csv' is an existing folder"):
+        run_experiment(cfg, output=tmp_path / "out2", progress=False)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(experiment.tempfile, "mkstemp", read_only)
+    with pytest.raises(ValidationError, match="out3' is not writable \\(Permission denied\\)"):
+        run_experiment(cfg, output=tmp_path / "out3", progress=False)
