@@ -49,6 +49,9 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
     n_neighbors : int, optional
         Restrict the adversary to each point's ``n_neighbors`` nearest neighbours in the fair
         metric (sparse cost, O(n m) per round; for large n).  None: the full problem.
+    verbose : int, default 0
+        0: silent.  > 0: a progress bar on stderr (:class:`budro.progress.ProgressBar`, drawn by
+        tqdm) with the round, the robust and plain loss and the estimated time left.
 
     Attributes
     ----------
@@ -77,6 +80,7 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         random_state: int | None = None,
         callbacks: Sequence[Callback] | None = None,
         n_neighbors: int | None = None,
+        verbose: int = 0,
     ):
         self.backend = backend
         self.backend_params = backend_params
@@ -90,6 +94,7 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.callbacks = callbacks
         self.n_neighbors = n_neighbors
+        self.verbose = verbose
 
     # -- fitting ------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> "BuDROClassifier":
@@ -97,6 +102,8 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         eps = _check_eps(self.eps)
         n_steps = _check_n_steps(self.n_steps)
         _check_n_neighbors(self.n_neighbors)
+        if not isinstance(self.verbose, numbers.Integral) or self.verbose < 0:
+            raise ValidationError(f"verbose must be an integer >= 0, got {self.verbose!r}")
         if self.random_state is not None and (
             isinstance(self.random_state, bool) or not isinstance(self.random_state, numbers.Integral)
         ):
@@ -110,10 +117,21 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
                 f"BuDROClassifier needs at least 2 classes in y; got 1 class: {self.classes_.tolist()}"
             )
         self.protected_indices_ = self._protected_indices()
-        trainer = BuDRO(backend, solver, metric, eps=eps, n_steps=n_steps, callbacks=tuple(self.callbacks or ()),
+        callbacks = tuple(self.callbacks or ())
+        bar = None
+        if self.verbose > 0:
+            from budro.progress import ProgressBar
+
+            bar = ProgressBar()
+            callbacks += (bar,)
+        trainer = BuDRO(backend, solver, metric, eps=eps, n_steps=n_steps, callbacks=callbacks,
                         n_neighbors=self.n_neighbors)
-        trainer.fit(X, y_enc, protected=self.protected_indices_, n_classes=self.classes_.size,
-                    random_state=self.random_state)
+        try:
+            trainer.fit(X, y_enc, protected=self.protected_indices_, n_classes=self.classes_.size,
+                        random_state=self.random_state)
+        finally:
+            if bar is not None:
+                bar.close()
         self.backend_ = trainer.backend
         self.solver_ = trainer.solver
         self.fair_metric_ = trainer.metric_
