@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from budro.exceptions import PluginError
 from budro.losses import label_losses, probabilities
 
 __all__ = ["Backend", "WEIGHT_SCALES", "native_sample_weights"]
@@ -36,6 +37,10 @@ class Backend(abc.ABC):
 
     #: Registered name (informational).
     name: str = ""
+
+    #: Name of the byte format of :meth:`to_native_bytes` (the library's own model format, e.g.
+    #: ``"xgboost-json"``); empty for a backend that cannot export its model as bytes.
+    native_format: str = ""
 
     n_classes_: int
     n_features_in_: int
@@ -84,6 +89,33 @@ class Backend(abc.ABC):
 
     def finish(self) -> None:
         """Release training-only structures (after the last round). The model keeps predicting."""
+
+    def to_native_bytes(self) -> bytes:
+        """The current model in the library's own format (:attr:`native_format`), as bytes.
+
+        :meth:`load_native_bytes` on a new backend with the same parameters restores a model
+        that predicts exactly (bitwise) what this one predicts.  Backends that cannot do this
+        keep this default, which raises :class:`~budro.exceptions.PluginError`."""
+        raise PluginError(
+            f"backend {type(self).__name__} ({self.name or 'unnamed'}) cannot export its model as bytes: "
+            "it does not implement to_native_bytes()/load_native_bytes()"
+        )
+
+    def load_native_bytes(self, data: bytes, *, n_classes: int, n_features: int,
+                          categorical_features: tuple[int, ...] = ()) -> None:
+        """Replace the model by one read from ``data`` (written by :meth:`to_native_bytes` of a
+        backend with the same parameters); afterwards the backend is finished (no training
+        structures), and :meth:`predict_margin`, :attr:`n_rounds` and ``n_classes_`` are those of
+        the backend that wrote the bytes.
+
+        ``n_classes``, ``n_features`` and ``categorical_features`` describe the model; a model
+        that contradicts them, or bytes that are not a model of the library, raise
+        :class:`~budro.exceptions.ValidationError`.  The default raises
+        :class:`~budro.exceptions.PluginError` (see :meth:`to_native_bytes`)."""
+        raise PluginError(
+            f"backend {type(self).__name__} ({self.name or 'unnamed'}) cannot load a model from bytes: "
+            "it does not implement to_native_bytes()/load_native_bytes()"
+        )
 
     def losses(self) -> np.ndarray:
         """``L[i, k]`` = loss of the current model at training point i under label k."""

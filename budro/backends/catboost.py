@@ -58,12 +58,14 @@ CatBoost is imported when a backend is trained, not when this module is imported
 from __future__ import annotations
 
 import os
+import tempfile
 import warnings
 from typing import Any
 
 import numpy as np
 from scipy.special import expit
 
+from budro.backends._common import check_native_bytes, check_native_load_args
 from budro.backends.base import WEIGHT_SCALES, Backend, native_sample_weights
 from budro.backends.lightgbm import (
     _check_n_rounds,
@@ -255,6 +257,7 @@ class CatBoostBackend(Backend):
     """
 
     name = "catboost"
+    native_format = "catboost-cbm"
 
     def __init__(self, weight_scale: str = "n", **params: Any) -> None:
         if weight_scale not in WEIGHT_SCALES:
@@ -447,6 +450,44 @@ class CatBoostBackend(Backend):
         other._models, other._rounds = [model], n_rounds
         other.n_classes_, other.n_features_in_ = n_classes, X.shape[1]
         return other
+
+    def to_native_bytes(self) -> bytes:
+        """The model (all rounds summed) in CatBoost's binary format (:attr:`native_format`
+        ``"catboost-cbm"``), the bytes :meth:`save_model` writes to a ``.cbm`` file."""
+        self._require_model("to_native_bytes")
+        with tempfile.TemporaryDirectory(prefix="budro-catboost-") as tmp:
+            path = os.path.join(tmp, "model.cbm")
+            self._sum().save_model(path, format="cbm")
+            with open(path, "rb") as fh:
+                return fh.read()
+
+    def load_native_bytes(self, data: bytes, *, n_classes: int, n_features: int,
+                          categorical_features: tuple[int, ...] = ()) -> None:
+        """Load a model written by :meth:`to_native_bytes`; the backend is finished afterwards.
+
+        The model must have ``n_features`` features and one output (two classes) or
+        ``n_classes`` outputs; otherwise, and when CatBoost rejects the bytes,
+        :class:`~budro.exceptions.ValidationError`."""
+        cb = _cb()
+        n_classes, n_features, categorical = check_native_load_args(n_classes, n_features, categorical_features)
+        data = check_native_bytes(data, "CatBoost")
+        model = cb.CatBoost()
+        try:
+            model.load_model(blob=data)
+        except cb.CatBoostError as exc:
+            raise ValidationError(f"the data is not a valid CatBoost model: {str(exc).strip()}") from None
+        found = len(model.feature_names_ or ())  # n_features_in_ reads 0 on a loaded model
+        if found != n_features:
+            raise ValidationError(f"the data is not a valid CatBoost model for {n_features} features: it has {found}")
+        leaves = int(np.sum(model.get_tree_leaf_counts()))
+        outputs = len(model.get_leaf_values()) // leaves if leaves else 0
+        if outputs != (1 if n_classes == 2 else n_classes):
+            raise ValidationError(
+                f"the data is not a valid CatBoost model for {n_classes} classes: it has {outputs} output(s)"
+            )
+        self._models, self._combined, self._rounds = [model], None, int(model.tree_count_)
+        self._pool = self._X = self._margins = None
+        self.n_classes_, self.n_features_in_ = n_classes, n_features
 
     @property
     def n_rounds(self) -> int:

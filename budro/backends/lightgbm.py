@@ -58,10 +58,11 @@ from typing import Any, Callable
 import numpy as np
 from scipy.special import expit
 
+from budro.backends._common import check_native_bytes, check_native_load_args
 from budro.backends.base import WEIGHT_SCALES, Backend, native_sample_weights
 from budro.exceptions import BudroError, ConfigError, ValidationError
 
-__all__ = ["LightGBMBackend"]
+__all__ = ["LightGBMBackend", "check_lightgbm_text"]
 
 #: LightGBM parameters this backend passes through, by LightGBM's native names.
 NATIVE_PARAMS: frozenset[str] = frozenset(
@@ -301,6 +302,7 @@ class LightGBMBackend(Backend):
     """
 
     name = "lightgbm"
+    native_format = "lightgbm-text"
 
     def __init__(self, weight_scale: str = "n", **params: Any) -> None:
         if weight_scale not in WEIGHT_SCALES:
@@ -459,6 +461,44 @@ class LightGBMBackend(Backend):
         other.n_classes_, other.n_features_in_ = n_classes, X.shape[1]
         return other
 
+    def to_native_bytes(self) -> bytes:
+        """The model in LightGBM's text format (:attr:`native_format` ``"lightgbm-text"``,
+        UTF-8), with its ``binary``/``multiclass`` objective, as :meth:`save_model` writes it."""
+        self._require_model("to_native_bytes")
+        return self._model_string().encode("utf-8")
+
+    def load_native_bytes(self, data: bytes, *, n_classes: int, n_features: int,
+                          categorical_features: tuple[int, ...] = ()) -> None:
+        """Load a model written by :meth:`to_native_bytes`; the backend is finished afterwards.
+
+        The model must have ``n_features`` features and one tree per round (two classes) or
+        ``n_classes`` (more); otherwise, and when LightGBM rejects the text,
+        :class:`~budro.exceptions.ValidationError`."""
+        lgb = _lgb()
+        n_classes, n_features, categorical = check_native_load_args(n_classes, n_features, categorical_features)
+        data = check_native_bytes(data, "LightGBM")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValidationError(f"the data is not a valid LightGBM model: not UTF-8 text ({exc})") from None
+        check_lightgbm_text(text, n_features)
+        try:
+            booster = lgb.Booster(model_str=text)
+        except lgb.basic.LightGBMError as exc:
+            raise ValidationError(f"the data is not a valid LightGBM model: {str(exc).strip()}") from None
+        if booster.num_feature() != n_features:
+            raise ValidationError(
+                f"the data is not a valid LightGBM model for {n_features} features: it has {booster.num_feature()}"
+            )
+        per_round = 1 if n_classes == 2 else n_classes
+        if booster.num_model_per_iteration() != per_round:
+            raise ValidationError(
+                f"the data is not a valid LightGBM model for {n_classes} classes: it has "
+                f"{booster.num_model_per_iteration()} tree(s) per round"
+            )
+        self._booster, self._dataset, self._margins = booster, None, None
+        self.n_classes_, self.n_features_in_ = n_classes, n_features
+
     @property
     def n_rounds(self) -> int:
         """Boosting rounds in the current model, f_0 included (0 before :meth:`start`)."""
@@ -541,6 +581,135 @@ def _with_objective_line(text: str, objective: str) -> str:
             lines.insert(i + 1, f"objective={objective}")
             return "\n".join(lines)
     raise BudroError("unexpected LightGBM model text: no 'max_feature_idx=' line")  # pragma: no cover
+
+
+# -- structural check of a model text ------------------------------------------------------
+
+_NOT_LGB = "the data is not a valid LightGBM model"
+
+
+def _lgb_fields(block: str, where: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in block.split("\n"):
+        key, sep, value = line.partition("=")
+        if sep:
+            fields[key] = value
+    return fields
+
+
+def _lgb_ints(fields: dict[str, str], key: str, where: str, length: int) -> np.ndarray:
+    text = fields.get(key)
+    if text is None:
+        raise ValidationError(f"{_NOT_LGB}: {where} has no {key!r} line")
+    try:
+        values = np.array([int(v) for v in text.split()], dtype=np.int64)
+    except ValueError:
+        raise ValidationError(f"{_NOT_LGB}: {where}: {key!r} must be integers") from None
+    if len(values) != length:
+        raise ValidationError(f"{_NOT_LGB}: {where}: {key!r} has {len(values)} entries, expected {length}")
+    return values
+
+
+def _lgb_count(fields: dict[str, str], key: str, where: str) -> int:
+    return int(_lgb_ints(fields, key, where, 1)[0])
+
+
+def check_lightgbm_text(text: str, n_features: int | None) -> None:
+    """Check the structure of a LightGBM model text before LightGBM parses it; raise
+    :class:`~budro.exceptions.ValidationError` naming the tree and node at fault.
+
+    LightGBM cuts the text into trees by the byte sizes listed in its ``tree_sizes`` header and
+    trusts them: a truncated model text crashes the process (segmentation fault) while loading.
+    This checks the header (``max_feature_idx`` against ``n_features`` when given), that every
+    listed size delimits a ``Tree=i`` block followed by ``end of trees``, and in every tree that
+    the node arrays have the lengths ``num_leaves`` implies, every split feature is a feature of
+    the model, every child is an inner node or a leaf of the tree, and every categorical split
+    refers to stored category bitsets."""
+    if not text.startswith("tree\n"):
+        raise ValidationError(f"{_NOT_LGB}: it does not start with LightGBM's 'tree' header")
+    head_end = text.find("\n\n")
+    if head_end < 0:
+        raise ValidationError(f"{_NOT_LGB}: its header does not end")
+    header = _lgb_fields(text[:head_end], "the header")
+    n_feat = _lgb_count(header, "max_feature_idx", "the header") + 1
+    if n_feat < 1:
+        raise ValidationError(f"{_NOT_LGB}: max_feature_idx is {n_feat - 1}")
+    if n_features is not None and n_feat != n_features:
+        raise ValidationError(f"{_NOT_LGB} for {n_features} features: it has {n_feat}")
+    per_round = _lgb_count(header, "num_tree_per_iteration", "the header")
+    if per_round < 1:
+        raise ValidationError(f"{_NOT_LGB}: num_tree_per_iteration is {per_round}")
+    if "tree_sizes" not in header:
+        raise ValidationError(f"{_NOT_LGB}: its header has no 'tree_sizes' line")
+    try:
+        sizes = [int(v) for v in header["tree_sizes"].split()]
+    except ValueError:
+        raise ValidationError(f"{_NOT_LGB}: 'tree_sizes' must be integers") from None
+    data = text.encode("utf-8")  # LightGBM's sizes count bytes
+    pos = data.find(b"Tree=", head_end)
+    if sizes and pos < 0:
+        raise ValidationError(f"{_NOT_LGB}: the header lists {len(sizes)} trees but none follows")
+    pos = head_end + 2 if pos < 0 else pos
+    for t, size in enumerate(sizes):
+        block = data[pos:pos + size] if size > 0 else b""
+        if len(block) != size or not block.startswith(f"Tree={t}\n".encode()):
+            raise ValidationError(f"{_NOT_LGB}: tree {t} is not where 'tree_sizes' says (the text is cut or edited)")
+        _check_lgb_tree(block.decode("utf-8"), t, n_feat)
+        pos += size
+    if not data[pos:].lstrip(b"\n").startswith(b"end of trees"):
+        raise ValidationError(f"{_NOT_LGB}: no 'end of trees' after the {len(sizes)} trees of 'tree_sizes'")
+
+
+def _check_lgb_tree(block: str, t: int, n_feat: int) -> None:
+    where = f"tree {t}"
+    fields = _lgb_fields(block, where)
+    n_leaves = _lgb_count(fields, "num_leaves", where)
+    if n_leaves < 1:
+        raise ValidationError(f"{_NOT_LGB}: {where} has {n_leaves} leaves")
+    if len((fields.get("leaf_value") or "").split()) != n_leaves:
+        raise ValidationError(f"{_NOT_LGB}: {where}: 'leaf_value' must have num_leaves = {n_leaves} entries")
+    if n_leaves == 1:
+        return
+    inner = n_leaves - 1
+    split = _lgb_ints(fields, "split_feature", where, inner)
+    decision = _lgb_ints(fields, "decision_type", where, inner)
+    if len(fields.get("threshold", "").split()) != inner:
+        raise ValidationError(f"{_NOT_LGB}: {where}: 'threshold' must have num_leaves - 1 = {inner} entries")
+    bad = np.flatnonzero((split < 0) | (split >= n_feat))
+    if bad.size:
+        i = int(bad[0])
+        raise ValidationError(f"{_NOT_LGB}: {where}, node {i}: split feature {int(split[i])} is not in [0, {n_feat})")
+    seen: list[np.ndarray] = []
+    for key in ("left_child", "right_child"):
+        child = _lgb_ints(fields, key, where, inner)
+        bad = np.flatnonzero((child >= inner) | (child < -n_leaves) | (child == 0))
+        if bad.size:
+            i = int(bad[0])
+            raise ValidationError(
+                f"{_NOT_LGB}: {where}, node {i}: {key} {int(child[i])} is neither an inner node in [1, {inner}) "
+                f"nor a leaf in [-{n_leaves}, -1]"
+            )
+        seen.append(child)
+    children = np.concatenate(seen)
+    if np.unique(children).size != children.size:
+        raise ValidationError(f"{_NOT_LGB}: {where}: a node or leaf is the child of two splits")
+    n_cat = _lgb_count(fields, "num_cat", where)
+    categorical = (decision & 1) == 1
+    if n_cat < 0 or (categorical.any() and n_cat == 0):
+        raise ValidationError(f"{_NOT_LGB}: {where}: num_cat is {n_cat}")
+    if n_cat > 0:
+        bounds = _lgb_ints(fields, "cat_boundaries", where, n_cat + 1)
+        n_words = len(fields.get("cat_threshold", "").split())
+        if bounds[0] != 0 or (np.diff(bounds) < 0).any() or bounds[-1] != n_words:
+            raise ValidationError(f"{_NOT_LGB}: {where}: 'cat_boundaries' do not delimit the {n_words} 'cat_threshold' words")
+        try:
+            cat_index = np.array([float(v) for v in fields["threshold"].split()])[categorical]
+        except ValueError:
+            raise ValidationError(f"{_NOT_LGB}: {where}: 'threshold' must be numbers") from None
+        bad = np.flatnonzero((cat_index < 0) | (cat_index >= n_cat) | (cat_index != np.round(cat_index)))
+        if bad.size:
+            node = int(np.flatnonzero(categorical)[bad[0]])
+            raise ValidationError(f"{_NOT_LGB}: {where}, node {node}: category set {cat_index[bad[0]]!r} is not in [0, {n_cat})")
 
 
 # -- shared checks (also used by budro.backends.catboost) ----------------------------------

@@ -25,16 +25,18 @@ XGBoost is imported when a backend is created or trained, not when this module i
 from __future__ import annotations
 
 import difflib
+import json
 import numbers
 import os
 from typing import Any
 
 import numpy as np
 
+from budro.backends._common import check_native_bytes, check_native_load_args
 from budro.backends.base import WEIGHT_SCALES, Backend, native_sample_weights
 from budro.exceptions import BudroError, ConfigError, ValidationError
 
-__all__ = ["XGBoostBackend"]
+__all__ = ["XGBoostBackend", "check_xgboost_json"]
 
 #: XGBoost parameters this backend passes through, by their native names: the documented general,
 #: tree-booster and learning-task parameters that make sense for a tree grown one round at a time.
@@ -189,6 +191,7 @@ class XGBoostBackend(Backend):
     """
 
     name = "xgboost"
+    native_format = "xgboost-json"
 
     def __init__(self, weight_scale: str = "n", **params: Any) -> None:
         if weight_scale not in WEIGHT_SCALES:
@@ -361,6 +364,46 @@ class XGBoostBackend(Backend):
         other.n_classes_, other.n_features_in_ = n_classes, X.shape[1]
         return other
 
+    def to_native_bytes(self) -> bytes:
+        """The model in XGBoost's JSON format (:attr:`native_format` ``"xgboost-json"``, what
+        ``Booster.save_raw("json")`` writes): JSON, so that :meth:`load_native_bytes` can check
+        its structure (:func:`check_xgboost_json`) before XGBoost reads it."""
+        self._require_model("to_native_bytes")
+        return bytes(self._booster.save_raw("json"))
+
+    def load_native_bytes(self, data: bytes, *, n_classes: int, n_features: int,
+                          categorical_features: tuple[int, ...] = ()) -> None:
+        """Load a model written by :meth:`to_native_bytes`; the backend is finished afterwards.
+
+        The JSON is parsed and checked (:func:`check_xgboost_json`: XGBoost trusts the indices
+        in a model file, and an out-of-range split index crashes the process when it predicts)
+        and must describe ``n_features`` features and ``n_classes`` classes; otherwise, and when
+        XGBoost rejects it, :class:`~budro.exceptions.ValidationError`."""
+        xgb = _xgb()
+        n_classes, n_features, categorical = check_native_load_args(n_classes, n_features, categorical_features)
+        data = check_native_bytes(data, "XGBoost")
+        try:
+            model = json.loads(data)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ValidationError(f"the data is not a valid XGBoost model: not JSON ({exc})") from None
+        check_xgboost_json(model, n_features)
+        learner = model["learner"]
+        num_class = _int_field(learner["learner_model_param"], "num_class", "learner_model_param")
+        if num_class != (0 if n_classes == 2 else n_classes):
+            raise ValidationError(
+                f"the data is not a valid XGBoost model for {n_classes} classes: its num_class is {num_class}"
+            )
+        booster = xgb.Booster()
+        try:
+            booster.load_model(bytearray(data))
+        except xgb.core.XGBoostError as exc:
+            raise ValidationError(f"the data is not a valid XGBoost model: {_first_line(exc)}") from None
+        if "nthread" in self._params:
+            booster.set_param({"nthread": self._params["nthread"]})
+        self.finish()
+        self._booster = booster
+        self.n_classes_, self.n_features_in_ = n_classes, n_features
+
     @property
     def n_rounds(self) -> int:
         """Boosting rounds in the current model, f_0 included (0 before :meth:`start`)."""
@@ -479,3 +522,169 @@ def _check_training_data(X: Any, y: Any, n_classes: Any) -> tuple[np.ndarray, np
     if not np.isfinite(y_arr).all() or (y_arr != np.round(y_arr)).any() or (y_arr < 0).any() or (y_arr >= n_classes).any():
         raise ValidationError(f"y must hold integer labels in [0, {int(n_classes)})")
     return X, y_arr, int(n_classes)
+
+
+# -- structural check of a JSON model ------------------------------------------------------
+
+#: ``parents`` value of a tree's root in XGBoost's JSON format.
+_NO_PARENT = 2147483647
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _int_field(obj: Any, key: str, where: str) -> int:
+    """An integer field of the JSON model, given as an int or as a decimal string (XGBoost's habit)."""
+    if not isinstance(obj, dict) or key not in obj:
+        raise ValidationError(f"the data is not a valid XGBoost model: {where} has no {key!r}")
+    value = obj[key]
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ValidationError(f"the data is not a valid XGBoost model: {where}.{key} is {obj[key]!r}, not an integer") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"the data is not a valid XGBoost model: {where}.{key} is {obj[key]!r}, not an integer")
+    return value
+
+
+def _int_array(tree: dict, key: str, where: str) -> np.ndarray:
+    values = tree.get(key)
+    if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ValidationError(f"the data is not a valid XGBoost model: {where}: {key!r} must be a list of integers")
+    return np.asarray(values, dtype=np.int64) if values else np.zeros(0, dtype=np.int64)
+
+
+def check_xgboost_json(model: dict, n_features: int | None) -> None:
+    """Check the structure of an XGBoost JSON model (``Booster.save_raw("json")``, parsed)
+    before XGBoost reads it; raise :class:`~budro.exceptions.ValidationError` naming the tree
+    and node at fault.
+
+    XGBoost trusts the indices in a model file: a split on feature 10**6 of a three-feature
+    model loads, and crashes the process (segmentation fault) at the first prediction.  This
+    checks that ``num_feature`` (and ``n_features`` when given) and ``num_class`` are sane; that
+    every tree's per-node arrays have ``num_nodes`` entries; that every split index is below
+    ``num_feature``; that every child index is -1 (a leaf) or a node of the tree other than
+    the root, each inner node having both children; that parents are in range; and that
+    categorical split sets lie inside the tree's category arrays.  Multi-target trees
+    (``multi_strategy="multi_output_tree"``) are checked for their split indices and children.
+    """
+    if not isinstance(model, dict) or not isinstance(model.get("learner"), dict):
+        raise ValidationError("the data is not a valid XGBoost model: no 'learner' object at the top level")
+    learner = model["learner"]
+    mparam = learner.get("learner_model_param")
+    num_feature = _int_field(mparam, "num_feature", "learner_model_param")
+    num_class = _int_field(mparam, "num_class", "learner_model_param")
+    if num_feature < 1:
+        raise ValidationError(f"the data is not a valid XGBoost model: num_feature is {num_feature}")
+    if n_features is not None and num_feature != n_features:
+        raise ValidationError(
+            f"the data is not a valid XGBoost model for {n_features} features: its num_feature is {num_feature}"
+        )
+    if num_class < 0 or num_class == 1 or num_class > 1_000_000:
+        raise ValidationError(f"the data is not a valid XGBoost model: num_class is {num_class}")
+    booster = learner.get("gradient_booster")
+    gbtree = booster.get("model") if isinstance(booster, dict) else None
+    if not isinstance(gbtree, dict) or not isinstance(gbtree.get("trees"), list):
+        raise ValidationError("the data is not a valid XGBoost model: no gradient_booster.model.trees list")
+    trees = gbtree["trees"]
+    n_trees = _int_field(gbtree.get("gbtree_model_param"), "num_trees", "gbtree_model_param")
+    if n_trees != len(trees):
+        raise ValidationError(f"the data is not a valid XGBoost model: num_trees is {n_trees} but {len(trees)} trees are stored")
+    tree_info = gbtree.get("tree_info")
+    if not isinstance(tree_info, list) or len(tree_info) != len(trees):
+        raise ValidationError("the data is not a valid XGBoost model: tree_info must list one output group per tree")
+    n_groups = max(num_class, 1)
+    for t, group in enumerate(tree_info):
+        if isinstance(group, bool) or not isinstance(group, int) or not 0 <= group < n_groups:
+            raise ValidationError(f"the data is not a valid XGBoost model: tree {t}: output group {group!r} is not in [0, {n_groups})")
+    for t, tree in enumerate(trees):
+        _check_tree(tree, t, num_feature)
+
+
+def _check_tree(tree: Any, t: int, num_feature: int) -> None:
+    where = f"tree {t}"
+    if not isinstance(tree, dict):
+        raise ValidationError(f"the data is not a valid XGBoost model: {where} is not an object")
+    n_nodes = _int_field(tree.get("tree_param"), "num_nodes", f"{where}.tree_param")
+    if n_nodes < 1:
+        raise ValidationError(f"the data is not a valid XGBoost model: {where} has {n_nodes} nodes")
+    left = _int_array(tree, "left_children", where)
+    right = _int_array(tree, "right_children", where)
+    split = _int_array(tree, "split_indices", where)
+    arrays = {"left_children": left, "right_children": right, "split_indices": split}
+    for key in ("parents", "default_left", "split_type"):
+        if key in tree:
+            arrays[key] = _int_array(tree, key, where)
+    for key in ("split_conditions", "base_weights", "loss_changes", "sum_hessian"):
+        if key in tree and not isinstance(tree[key], list):
+            raise ValidationError(f"the data is not a valid XGBoost model: {where}: {key!r} must be a list")
+    for key, values in arrays.items():
+        if len(values) != n_nodes:
+            raise ValidationError(
+                f"the data is not a valid XGBoost model: {where}: {key!r} has {len(values)} entries, num_nodes is {n_nodes}"
+            )
+    for key in ("split_conditions", "loss_changes", "sum_hessian"):
+        if key in tree and len(tree[key]) != n_nodes:
+            raise ValidationError(
+                f"the data is not a valid XGBoost model: {where}: {key!r} has {len(tree[key])} entries, num_nodes is {n_nodes}"
+            )
+    for key, children in (("left_children", left), ("right_children", right)):
+        bad = np.flatnonzero((children != -1) & ((children < 1) | (children >= n_nodes)))
+        if bad.size:
+            i = int(bad[0])
+            raise ValidationError(
+                f"the data is not a valid XGBoost model: {where}, node {i}: {key} index {int(children[i])} "
+                f"is neither -1 nor a node in [1, {n_nodes})"
+            )
+    half = np.flatnonzero((left == -1) != (right == -1))
+    if half.size:
+        raise ValidationError(f"the data is not a valid XGBoost model: {where}, node {int(half[0])} has one child only")
+    inner = left != -1
+    bad = np.flatnonzero(inner & ((split < 0) | (split >= num_feature)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValidationError(
+            f"the data is not a valid XGBoost model: {where}, node {i}: split index {int(split[i])} "
+            f"is not a feature in [0, {num_feature})"
+        )
+    children = np.concatenate([left[inner], right[inner]])
+    if np.unique(children).size != children.size:
+        raise ValidationError(f"the data is not a valid XGBoost model: {where}: a node is the child of two splits")
+    if "parents" in arrays:
+        parents = arrays["parents"]
+        bad = np.flatnonzero((parents != _NO_PARENT) & ((parents < 0) | (parents >= n_nodes)))
+        if bad.size:
+            i = int(bad[0])
+            raise ValidationError(
+                f"the data is not a valid XGBoost model: {where}, node {i}: parent index {int(parents[i])} is out of range"
+            )
+    _check_categories(tree, where, n_nodes)
+
+
+def _check_categories(tree: dict, where: str, n_nodes: int) -> None:
+    keys = ("categories", "categories_nodes", "categories_segments", "categories_sizes")
+    if not any(k in tree for k in keys):
+        return
+    cats, nodes, segments, sizes = (_int_array(tree, k, where) for k in keys)
+    if not len(nodes) == len(segments) == len(sizes):
+        raise ValidationError(
+            f"the data is not a valid XGBoost model: {where}: categories_nodes, categories_segments and "
+            "categories_sizes must have equal lengths"
+        )
+    bad = np.flatnonzero((nodes < 0) | (nodes >= n_nodes))
+    if bad.size:
+        raise ValidationError(
+            f"the data is not a valid XGBoost model: {where}: categorical node index {int(nodes[bad[0]])} is out of range"
+        )
+    bad = np.flatnonzero((segments < 0) | (sizes < 0) | (segments + sizes > len(cats)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValidationError(
+            f"the data is not a valid XGBoost model: {where}, node {int(nodes[i])}: its category set "
+            f"(offset {int(segments[i])}, size {int(sizes[i])}) lies outside the {len(cats)} stored categories"
+        )
+    if (cats < 0).any():
+        raise ValidationError(f"the data is not a valid XGBoost model: {where}: a stored category is negative")
