@@ -110,30 +110,55 @@ class BuDRO:
         self.n_neighbors = _check_n_neighbors(n_neighbors)
 
     def fit(self, X: np.ndarray, y: np.ndarray, *, protected: Sequence[int] = (), n_classes: int | None = None,
-            random_state: int | None = None) -> "BuDRO":
-        """Train on ``X`` (n, d) with integer labels ``y`` in ``[0, n_classes)``."""
+            random_state: int | None = None, metric_X: np.ndarray | None = None,
+            categorical_features: Sequence[int] = ()) -> "BuDRO":
+        """Train on ``X`` (n, d) with integer labels ``y`` in ``[0, n_classes)``.
+
+        ``X`` goes to the booster: it may hold NaN (missing) and, in the columns
+        ``categorical_features``, integer category codes, for a backend that takes them.  The fair
+        metric and the transport cost see ``metric_X`` (n, d'), the points in the metric's
+        coordinates (default: ``X``), which must be finite; ``protected`` indexes its columns.
+        :class:`budro.tables.TableEncoder` makes both matrices from a DataFrame.
+        """
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y)
         if X.ndim != 2 or y.shape != (X.shape[0],):
             raise ValidationError(f"X must be (n, d) and y (n,); got {X.shape} and {y.shape}")
+        if metric_X is None:
+            metric_X = X
+        else:
+            metric_X = np.asarray(metric_X, dtype=np.float64)
+            if metric_X.ndim != 2 or metric_X.shape[0] != X.shape[0]:
+                raise ValidationError(f"metric_X must be (n, d') with the n = {X.shape[0]} rows of X; got {metric_X.shape}")
+        if not np.isfinite(metric_X).all():
+            where = "X" if metric_X is X else "metric_X"
+            raise ValidationError(
+                f"{where} has missing (NaN) or infinite values, which the fair metric cannot measure; pass a "
+                f"DataFrame to BuDROClassifier (missing values are imputed for the metric) or metric_X with no NaN"
+            )
+        categorical_features = tuple(int(j) for j in categorical_features)
+        if any(not 0 <= j < X.shape[1] for j in categorical_features):
+            raise ValidationError(f"categorical_features must be column indices of X (0..{X.shape[1] - 1}), got {categorical_features}")
         K = int(n_classes if n_classes is not None else y.max() + 1)
         t0 = time.perf_counter()
         if isinstance(self.fair_metric, FairMetricLearner):
-            self.metric_ = self.fair_metric.fit(X, protected, y=y)
+            self.metric_ = self.fair_metric.fit(metric_X, protected, y=y)
         else:
             self.metric_ = self.fair_metric
         if self.n_neighbors is None:
-            self.cost_: Cost = self.metric_.cost(X)
+            self.cost_: Cost = self.metric_.cost(metric_X)
         else:
             embed = getattr(self.metric_, "embed", None)
             if embed is None:
                 raise ValidationError(
                     f"n_neighbors needs a fair metric with an embedding (embed(X)); {type(self.metric_).__name__} has none"
                 )
-            self.cost_ = NeighborCost(embed(X), self.n_neighbors, n_jobs=-1)
+            self.cost_ = NeighborCost(embed(metric_X), self.n_neighbors, n_jobs=-1)
         self.time_setup_ = time.perf_counter() - t0
 
-        self.backend.start(X, y, K, random_state=random_state)
+        # Backends that predate category codes take no categorical_features keyword.
+        extra = {"categorical_features": categorical_features} if categorical_features else {}
+        self.backend.start(X, y, K, random_state=random_state, **extra)
         self.history_: list[RoundRecord] = []
         self.last_result_: TransportResult | None = None
         eta: float | None = None
