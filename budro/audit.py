@@ -4,8 +4,9 @@ fairness certificate (:func:`budro.evaluation.evaluate`).
 ``budro audit MODEL --data german`` accepts
 
 * a budro model file (:func:`budro.persist.save_model`, e.g. from ``budro fit``);
-* a pickled or joblib-dumped scikit-learn-style classifier (``predict``, and ``predict_proba`` for
-  the certificate): a scikit-learn random forest, an ``xgboost.XGBClassifier``, a pipeline, ...;
+* a scikit-learn-style classifier (``predict``, and ``predict_proba`` for the certificate) saved
+  by skops (``.skops``, default trusted types only), or pickled / joblib-dumped (only with
+  ``--trust-pickle``): a scikit-learn random forest, an ``xgboost.XGBClassifier``, a pipeline, ...;
 * an XGBoost model file (``.json`` / ``.ubj``, binary logistic), e.g. ``budro fit --native``.
 
 The model must take the data set's encoding (the columns of ``budro.datasets.load_<name>()``),
@@ -15,13 +16,13 @@ standardised with the training part's statistics; otherwise every row, standardi
 statistics of all rows (``standardize=False`` for a model trained on the raw encoding).  The fair
 metric of the certificate is learned on the training part (or on all rows).
 
-Only load model files you trust: loading unpickles them.
+Loading runs no code stored in the file, except for pickles, which are read only with
+``trust_pickle=True`` (``budro audit --trust-pickle``).
 """
 
 from __future__ import annotations
 
 import math
-import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -114,40 +115,111 @@ def _xgb_num_class(booster: Any) -> int:
     return int(json.loads(booster.save_config())["learner"]["learner_model_param"]["num_class"])
 
 
-def load_any_model(path: str | Path) -> Any:
-    """A classifier from a budro model file, a pickle / joblib file, or an XGBoost JSON/UBJ model."""
-    from budro.persist import load_model
+def load_any_model(path: str | Path, *, trust_pickle: bool = False) -> Any:
+    """A classifier from a model file; no code stored in the file runs unless ``trust_pickle``.
+
+    * a budro model archive (:func:`budro.persist.save_model`): read by :func:`budro.persist.load_model`;
+    * an XGBoost model, ``.json`` or ``.ubj``: its trees are checked (split and child indices in
+      range, :func:`budro.backends.xgboost.check_xgboost_json`) before it predicts anything;
+    * a skops file (``.skops``, :func:`skops.io.dump`): loaded with skops's default trusted types
+      only; a file holding other types is refused with the list of them;
+    * a pickle or joblib file (a scikit-learn model, or a budro model saved before the archive
+      format): only with ``trust_pickle=True`` (``budro audit --trust-pickle``), because unpickling
+      runs code stored in the file.
+
+    Every failure raises :class:`~budro.exceptions.ValidationError` naming the file.
+    """
+    import zipfile
+
+    from budro._archive import MANIFEST, is_zip
+    from budro.exceptions import ModelFileError
+    from budro.persist import load_model, load_pickle
 
     path = Path(path)
+    label = str(path)
     if not path.is_file():
-        raise ValidationError(f"model file {str(path)!r} does not exist")
+        raise ValidationError(f"model file {label!r} does not exist")
     if path.suffix.lower() in (".json", ".ubj"):
-        import xgboost
-
-        try:
-            return XGBoostBoosterClassifier(xgboost.Booster(model_file=str(path)))
-        except xgboost.core.XGBoostError as exc:
-            raise ValidationError(f"{str(path)!r} is not an XGBoost model file: {exc}") from None
+        return _load_xgboost_file(path)
     try:
+        zipped = is_zip(path)
+        names = set(zipfile.ZipFile(path).namelist()) if zipped else set()
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, NotImplementedError) as exc:
+        raise ModelFileError(f"{label!r} cannot be read as a model file: {exc}") from None
+    if MANIFEST in names:
         return load_model(path)
-    except ValidationError:
-        pass
-    errors = []
-    try:
-        import joblib
-
-        model = joblib.load(path)
-    except Exception as exc:
-        errors.append(f"joblib: {exc}")
-        try:
-            with path.open("rb") as fh:
-                model = pickle.load(fh)
-        except Exception as exc2:
-            errors.append(f"pickle: {exc2}")
-            raise ValidationError(f"cannot read a model from {str(path)!r} ({'; '.join(errors)})") from None
+    if "schema.json" in names:
+        model = _load_skops(path)
+    elif zipped:
+        raise ModelFileError(f"{label!r} is a zip file but neither a budro model archive ({MANIFEST}) nor a skops file "
+                             "(schema.json)")
+    elif not trust_pickle:
+        raise ModelFileError(
+            f"{label!r} is not a budro model archive, an XGBoost .json/.ubj or a skops file; if it is a pickle or joblib "
+            "file, note that unpickling runs code stored in the file, so budro audit does not read pickles by default. "
+            "If you trust the file's author, pass --trust-pickle (Python: load_any_model(path, trust_pickle=True)); "
+            "safer formats: budro's own model files, XGBoost JSON, or skops (skops.io.dump)"
+        )
+    else:
+        model = load_pickle(path)  # runs code stored in the file: the caller trusts its author
     if not callable(getattr(model, "predict", None)):
-        raise ValidationError(f"{str(path)!r} holds a {type(model).__name__}, not a classifier with predict()")
+        raise ValidationError(f"{label!r} holds a {type(model).__name__}, not a classifier with predict()")
     return model
+
+
+def _load_xgboost_file(path: Path) -> "XGBoostBoosterClassifier":
+    """An XGBoost JSON/UBJ model whose trees pass :func:`check_xgboost_json` (XGBoost does not
+    bounds-check the indices of a model file when it predicts).  JSON is checked before XGBoost
+    reads it; UBJ is read by XGBoost, converted to JSON and checked before it predicts."""
+    import json
+
+    import xgboost
+
+    from budro.backends.xgboost import check_xgboost_json
+    from budro.exceptions import ModelFileError
+
+    label = str(path)
+    try:
+        if path.suffix.lower() == ".json":
+            raw = path.read_bytes()
+            try:
+                check_xgboost_json(json.loads(raw), None)
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                if isinstance(exc, ValidationError):
+                    raise
+                raise ValidationError(f"not JSON ({exc})") from None
+            booster = xgboost.Booster()
+            booster.load_model(bytearray(raw))
+        else:
+            booster = xgboost.Booster(model_file=label)
+            check_xgboost_json(json.loads(bytes(booster.save_raw("json"))), None)
+    except (ValidationError, xgboost.core.XGBoostError) as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelFileError(f"{label!r} is not a usable XGBoost model file: {text}") from None
+    return XGBoostBoosterClassifier(booster)
+
+
+def _load_skops(path: Path) -> Any:
+    """A skops file, with skops's default trusted types only."""
+    import skops.io as sio
+
+    from budro.exceptions import ModelFileError
+
+    label = str(path)
+    try:
+        untrusted = sio.get_untrusted_types(file=path)
+    except Exception as exc:  # skops raises many types on a damaged file
+        raise ModelFileError(f"{label!r} is not a readable skops file: {type(exc).__name__}: {exc}") from None
+    if untrusted:
+        raise ModelFileError(
+            f"{label!r} is a skops file holding types that skops does not trust by default: {', '.join(untrusted)}. "
+            "budro audit loads skops files with the default trusted types only; if you have reviewed these types, "
+            "load the model yourself (skops.io.load(path, trusted=[...])) and pass it to budro.audit.audit()"
+        )
+    try:
+        return sio.load(path)
+    except Exception as exc:  # skops raises many types on a damaged file
+        raise ModelFileError(f"{label!r} is not a readable skops file: {type(exc).__name__}: {exc}") from None
 
 
 class _Adapter:

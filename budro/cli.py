@@ -56,11 +56,15 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from budro.persist import save_model
 
     cfg = load_config(args.config)
+    output = args.output or cfg.output or str(Path(args.config).with_suffix(".budro").name)
+    if Path(output).is_dir():  # refused before training, not after it
+        from budro.exceptions import ValidationError
+
+        raise ValidationError(f"the model output {output!r} is a directory; give a file name, e.g. {str(Path(output) / 'model.budro')!r}")
     X, y = cfg.load_data()
     # verbose draws the bar during fit only: the saved model holds no callback
     est = cfg.estimator().set_params(verbose=0 if args.quiet else 1)
     est.fit(X, y)
-    output = args.output or cfg.output or str(Path(args.config).with_suffix(".budro").name)
     path = save_model(est, output)
     acc = float(np.mean(est.predict(X) == np.asarray(y)))
     last = est.history_[-1] if est.history_ else None
@@ -104,9 +108,10 @@ def _cmd_experiment(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from budro.audit import audit
+    from budro.audit import audit, load_any_model
 
-    report = audit(args.model, args.data, split_seed=args.split_seed, test_size=args.test_size,
+    model = load_any_model(args.model, trust_pickle=args.trust_pickle)
+    report = audit(model, args.data, split_seed=args.split_seed, test_size=args.test_size,
                    standardize=not args.raw, certificate=not args.no_certificate, eps=args.eps,
                    solver=args.solver, n_neighbors=args.n_neighbors, max_samples=args.max_samples or None,
                    n_bootstrap=args.bootstrap, data_home=args.data_home)
@@ -191,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.set_defaults(func=_cmd_experiment)
 
     aud = sub.add_parser("audit", help="evaluate a saved classifier (budro, pickled scikit-learn/XGBoost, XGBoost JSON)")
-    aud.add_argument("model", help="model file: budro (.budro), pickle/joblib, or XGBoost .json/.ubj")
+    aud.add_argument("model", help="model file: budro (.budro), XGBoost .json/.ubj, skops (.skops), or pickle/joblib "
+                                   "(with --trust-pickle)")
     aud.add_argument("--data", required=True, help="data set: german, adult, compas or synthetic")
     aud.add_argument("--data-home", help="folder holding the data files (default: $BUDRO_DATA_HOME)")
     aud.add_argument("--split-seed", type=int, help="evaluate on the test part of the 80/20 split with this seed "
@@ -206,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--bootstrap", type=int, default=0, help="bootstrap resamples for the certificate's interval")
     aud.add_argument("--no-certificate", action="store_true", help="skip the certificate")
     aud.add_argument("--output", "-o", help="also write the report as JSON")
+    aud.add_argument("--trust-pickle", action="store_true",
+                     help="also read pickle/joblib model files; unpickling runs code stored in the file, so only for "
+                          "files whose author you trust")
     aud.set_defaults(func=_cmd_audit)
 
     cmp_ = sub.add_parser("compare", help="the config's BuDRO on each backend: accuracy, fairness, training time")

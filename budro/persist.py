@@ -44,7 +44,7 @@ import numpy as np
 from budro._archive import check_member_name, is_zip, read_archive, write_archive
 from budro.exceptions import BudroError, ModelFileError, ValidationError
 
-__all__ = ["save_model", "load_model", "FORMAT_NAME", "FORMAT_VERSION", "EXTRA_ATTRIBUTES", "NOT_STORED"]
+__all__ = ["save_model", "load_model", "load_pickle", "FORMAT_NAME", "FORMAT_VERSION", "EXTRA_ATTRIBUTES", "NOT_STORED"]
 
 #: ``manifest["format"]`` of a budro model archive.
 FORMAT_NAME = "budro-model"
@@ -263,7 +263,8 @@ def _encode_fitted(est: Any, arrays: _ArrayWriter) -> dict[str, Any]:
     names = getattr(est, "feature_names_in_", None)
     history = []
     for record in est.history_:
-        history.append({f.name: _finite_or_name(getattr(record, f.name)) for f in dataclasses.fields(record)})
+        history.append({f.name: _history_value(getattr(record, f.name), f"history_ field {f.name!r}")
+                        for f in dataclasses.fields(record)})
     fitted = {
         "classes": encoded_classes,
         "n_features_in": int(est.n_features_in_),
@@ -278,6 +279,13 @@ def _encode_fitted(est: Any, arrays: _ArrayWriter) -> dict[str, Any]:
     if extra:
         fitted["extra"] = extra
     return fitted
+
+
+def _history_value(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, (str, bool, np.bool_, numbers.Real)):
+        return value if value is None or isinstance(value, str) else _finite_or_name(value)
+    raise ValidationError(f"save_model: {where} holds a {type(value).__name__}; a model file stores numbers, strings "
+                          "and booleans there")
 
 
 def _finite_or_name(value: Any) -> Any:
@@ -327,7 +335,7 @@ def _encode_backend(est: Any, members: dict[str, bytes], arrays: _ArrayWriter) -
         "member": member,
         "n_classes": int(backend.n_classes_),
         "n_features": int(backend.n_features_in_),
-        "categorical_features": [int(c) for c in getattr(backend, "categorical_features_", ()) or ()],
+        "categorical_features": [int(c) for c in getattr(backend, "categorical_features", ()) or ()],
     }
 
 
@@ -507,8 +515,8 @@ def _build(spec: _Spec, manifest: dict[str, Any], members: dict[str, bytes], arr
         metric = metric_from_dict(spec.metric_state)
     except ValidationError as exc:
         raise fail(f"fitted.fair_metric: {exc}") from None
-    n_metric = getattr(metric, "n_features_in_", spec.n_features)
-    if n_metric != spec.n_features:
+    n_metric = getattr(metric, "n_features_in_", None)
+    if spec.table is None and n_metric is not None and n_metric != spec.n_features:
         raise fail(f"fitted.fair_metric is for {n_metric} features, the booster for {spec.n_features}")
 
     try:
@@ -658,19 +666,37 @@ def _decode_classes(obj: Any, fail) -> np.ndarray:
 
 
 def _decode_history(obj: Any, fail) -> list:
+    """The ``RoundRecord`` list; each field checked against its annotation (int, float, bool,
+    str); a field with a default may be absent (files from before it existed)."""
+    import typing
+
     from budro.core import RoundRecord
 
     _expect(obj, list, "fitted.history", fail)
-    fields = {f.name: f.type for f in dataclasses.fields(RoundRecord)}
+    hints = typing.get_type_hints(RoundRecord)
+    fields = {f.name: f for f in dataclasses.fields(RoundRecord)}
+    required = {n for n, f in fields.items() if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
     out = []
     for i, entry in enumerate(obj):
-        _keys(entry, set(fields), f"fitted.history[{i}]", fail)
+        _expect(entry, dict, f"fitted.history[{i}]", fail)
+        missing, unknown = sorted(required - set(entry)), sorted(set(entry) - set(fields))
+        if missing or unknown:
+            raise fail(f"fitted.history[{i}] " + " and ".join(
+                ([f"lacks {', '.join(map(repr, missing))}"] if missing else [])
+                + ([f"has unknown key(s) {', '.join(map(repr, unknown))}"] if unknown else [])))
         values = {}
-        for name in fields:
-            if name in ("step", "solver_iterations"):
-                values[name] = _int(entry[name], f"fitted.history[{i}].{name}", fail)
+        for name, value in entry.items():
+            where, typ = f"fitted.history[{i}].{name}", hints.get(name)
+            if typ is float:
+                values[name] = float(_number(value, where, fail))
+            elif typ is int:
+                values[name] = _int(value, where, fail)
+            elif typ in (bool, str):
+                values[name] = _expect(value, typ, where, fail)
+            elif value is None or isinstance(value, (bool, int, float, str)):
+                values[name] = value
             else:
-                values[name] = float(_number(entry[name], f"fitted.history[{i}].{name}", fail))
+                raise fail(f"{where} must be a JSON number, string or boolean, got {_short(value)}")
         out.append(RoundRecord(**values))
     return out
 
@@ -749,13 +775,27 @@ def _load_legacy(path: Path, trusted: bool) -> Any:
             f"{label!r} {what}. If you trust the file's author, load it with load_model(path, trusted=True) (budro "
             "audit: --trust-pickle), then save_model() it again to get a model archive that loads without running code"
         )
+    estimator = load_pickle(path)
+    from budro.estimator import BuDROClassifier
+
+    if not isinstance(estimator, BuDROClassifier):
+        raise ModelFileError(f"{label!r} is a pickle, but not of a budro model (it holds a {type(estimator).__name__})")
+    return estimator
+
+
+def load_pickle(path: str | os.PathLike) -> Any:
+    """Unpickle a pickle or joblib file: **this runs code stored in the file**, so call it only
+    for files whose author you trust.  A model file of budro before the archive format (a joblib
+    dict ``{"format": "budro-model", "estimator": ...}``) gives its estimator; anything else
+    is returned as it was unpickled.  Unreadable files raise
+    :class:`~budro.exceptions.ModelFileError`."""
     import joblib
 
     try:
         payload = joblib.load(path)
     except Exception as exc:  # unpickling can raise anything
-        raise ModelFileError(f"{label!r} is not a budro model file (neither a model archive nor a readable pickle: "
-                             f"{type(exc).__name__}: {exc})") from None
-    if not isinstance(payload, dict) or payload.get("format") != _LEGACY_MAGIC or "estimator" not in payload:
-        raise ModelFileError(f"{label!r} is a pickle, but not of a budro model")
-    return payload["estimator"]
+        raise ModelFileError(f"{str(path)!r} is neither a budro model archive nor a readable pickle/joblib file "
+                             f"({type(exc).__name__}: {exc})") from None
+    if isinstance(payload, dict) and payload.get("format") == _LEGACY_MAGIC and "estimator" in payload:
+        return payload["estimator"]
+    return payload

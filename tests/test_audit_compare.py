@@ -36,7 +36,7 @@ def test_audit_random_forest_pickle(tmp_path, german_split, capsys):
     forest.fit(train.X.to_numpy(), train.y)  # trained on a plain array: no feature names
     path = tmp_path / "forest.pkl"
     path.write_bytes(pickle.dumps(forest))
-    report = audit(path, "german", split_seed=3, eps=1.0)
+    report = audit(load_any_model(path, trust_pickle=True), "german", split_seed=3, eps=1.0)
     direct = evaluate(forest, test.X.to_numpy(), test.y, groups=test.groups)
     assert report.metrics["accuracy"] == pytest.approx(direct["accuracy"])
     assert report.metrics["gap_rms[age]"] == pytest.approx(direct["gap_rms[age]"])
@@ -45,7 +45,7 @@ def test_audit_random_forest_pickle(tmp_path, german_split, capsys):
     assert report.metrics["n_samples"] == 200 and "seed 3" in report.rows
     # The same through the command line, with the paper's eps for German by default.
     out = tmp_path / "report.json"
-    assert main(["audit", str(path), "--data", "german", "--split-seed", "3", "--output", str(out)]) == 0
+    assert main(["audit", str(path), "--trust-pickle", "--data", "german", "--split-seed", "3", "--output", str(out)]) == 0
     text = capsys.readouterr().out
     assert "RandomForestClassifier" in text and "certificate eps: 1 (the paper's eps for german)" in text
     saved = json.loads(out.read_text())
@@ -56,7 +56,7 @@ def test_audit_xgbclassifier_joblib_and_native_json(tmp_path, german_split):
     train, test = german_split
     by_name = xgb.XGBClassifier(n_estimators=20, max_depth=3, n_jobs=1).fit(train.X, train.y)  # DataFrame: names
     joblib.dump(by_name, tmp_path / "xgb.joblib")
-    report = audit(tmp_path / "xgb.joblib", "german", split_seed=3, certificate=False)
+    report = audit(load_any_model(tmp_path / "xgb.joblib", trust_pickle=True), "german", split_seed=3, certificate=False)
     assert report.metrics["accuracy"] == pytest.approx(np.mean(by_name.predict(test.X) == test.y))
     assert "certificate" not in report.metrics
 
@@ -85,10 +85,12 @@ def test_audit_rejects_a_model_for_other_data(tmp_path, data_home):
     model = LogisticRegression().fit(np.random.default_rng(0).normal(size=(20, 4)), [0, 1] * 10)
     joblib.dump(model, tmp_path / "lr.joblib")
     with pytest.raises(ValidationError, match="expects 4 features, the data set has 61"):
-        audit(tmp_path / "lr.joblib", "german")
+        audit(load_any_model(tmp_path / "lr.joblib", trust_pickle=True), "german")
     (tmp_path / "junk.bin").write_bytes(b"not a model")
-    with pytest.raises(ValidationError, match="cannot read a model"):
+    with pytest.raises(ValidationError, match="not a budro model archive"):
         load_any_model(tmp_path / "junk.bin")
+    with pytest.raises(ValidationError, match="neither a budro model archive nor a readable pickle"):
+        load_any_model(tmp_path / "junk.bin", trust_pickle=True)
     with pytest.raises(ValidationError, match="unknown data set 'credit'"):
         audit(model, "credit")
 
