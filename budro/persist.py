@@ -76,7 +76,15 @@ _STORED_ELSEWHERE = {"backend_": "the booster member and manifest['backend']", "
 #: arrays), stored under ``manifest["fitted"]["extra"]`` by name.  An estimator attribute that is
 #: neither here nor in the lists above makes :func:`save_model` refuse the estimator (rather than
 #: drop state it may need): add it here, with what it holds, and to ``docs/model-format.md``.
-EXTRA_ATTRIBUTES: dict[str, str] = {}
+EXTRA_ATTRIBUTES: dict[str, str] = {
+    "eps_scale_": "float: the training table's nearest-neighbour scale (the unit of eps_unit='nn')",
+    "eps_effective_": "float: the budget training used, in squared fair distance",
+    "budget_": "budro.budget.BudgetDiagnosis: its fields (opposite_distances as an .npy member)",
+}
+
+#: Dataclasses an attribute may hold, by the name written in the manifest: rebuilt from their
+#: stored fields (nothing else is imported from a name in a model file).
+_DATACLASSES = {"budro.budget.BudgetDiagnosis": "budro.budget:BudgetDiagnosis"}
 
 #: Fitted attributes a model file does not keep, and what a loaded estimator has instead.
 NOT_STORED: dict[str, str] = {
@@ -87,7 +95,8 @@ NOT_STORED: dict[str, str] = {
 _BOOSTER_MEMBER = "model/booster"
 _TABLE_PREFIX = "table/"
 _ARRAY_PREFIX = "arrays/"
-_TUPLE, _NDARRAY = "__tuple__", "__ndarray__"
+_TUPLE, _NDARRAY, _FLOAT, _DATACLASS = "__tuple__", "__ndarray__", "__float__", "__dataclass__"
+_RESERVED = (_TUPLE, _NDARRAY, _FLOAT, _DATACLASS)
 _NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -196,7 +205,9 @@ class _ArrayWriter:
 
 def _encode(value: Any, where: str, arrays: _ArrayWriter) -> Any:
     """A JSON value for ``value``: tuples become ``{"__tuple__": [...]}``, arrays ``.npy``
-    members ``{"__ndarray__": name}``; anything else than JSON values, tuples and arrays is refused."""
+    members ``{"__ndarray__": name}``, NaN and infinities ``{"__float__": "NaN" | "Infinity" |
+    "-Infinity"}``, instances of the dataclasses in ``_DATACLASSES`` ``{"__dataclass__": name,
+    "fields": {...}}``; anything else than JSON values, tuples, arrays and those is refused."""
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, np.generic) and not isinstance(value, np.ndarray):
@@ -209,9 +220,7 @@ def _encode(value: Any, where: str, arrays: _ArrayWriter) -> Any:
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValidationError(f"{where} is {value!r}; a budro model file stores finite numbers only")
-        return value
+        return value if math.isfinite(value) else {_FLOAT: _finite_or_name(value)}
     if isinstance(value, str):
         return value
     if isinstance(value, np.ndarray):
@@ -225,10 +234,15 @@ def _encode(value: Any, where: str, arrays: _ArrayWriter) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ValidationError(f"{where} has the key {k!r}; a budro model file stores dicts with string keys only")
-            if k in (_TUPLE, _NDARRAY):
+            if k in _RESERVED:
                 raise ValidationError(f"{where} has the key {k!r}, which budro's model format reserves")
             out[k] = _encode(v, f"{where}[{k!r}]", arrays)
         return out
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        name = f"{type(value).__module__}.{type(value).__qualname__}"
+        if name in _DATACLASSES and type(value) is _import(_DATACLASSES[name]):
+            return {_DATACLASS: name, "fields": {f.name: _encode(getattr(value, f.name), f"{where}.{f.name}", arrays)
+                                                 for f in dataclasses.fields(value)}}
     raise _unstorable(value, where)
 
 
@@ -548,7 +562,10 @@ def _build(spec: _Spec, manifest: dict[str, Any], members: dict[str, bytes], arr
     est.solver_ = _solver(est)
     est.table_ = _load_table(spec.table, members, fail) if spec.table is not None else None
     for name, value in spec.extra.items():
-        setattr(est, name, _with_arrays(value, arrays))
+        try:
+            setattr(est, name, _with_arrays(value, arrays))
+        except (TypeError, ValueError) as exc:  # a stored dataclass whose fields do not fit its class
+            raise fail(f"fitted.extra.{name} cannot be rebuilt: {exc}") from None
     return est
 
 
@@ -706,9 +723,20 @@ def _decode(value: Any, where: str, members: dict[str, bytes], fail) -> Any:
     if isinstance(value, list):
         return [_decode(v, f"{where}[{i}]", members, fail) for i, v in enumerate(value)]
     if isinstance(value, dict):
-        if _TUPLE in value or _NDARRAY in value:
+        if _DATACLASS in value:
+            _keys(value, {_DATACLASS, "fields"}, where, fail)
+            if value[_DATACLASS] not in _DATACLASSES:
+                raise fail(f"{where} names class {_short(value[_DATACLASS])}; a model file may hold "
+                           f"{', '.join(_DATACLASSES)} only")
+            fields = _expect(value["fields"], dict, f"{where}.fields", fail)
+            return _DataclassRef(value[_DATACLASS], {k: _decode(v, f"{where}.{k}", members, fail) for k, v in fields.items()})
+        if any(k in value for k in _RESERVED):
             if len(value) != 1:
                 raise fail(f"{where}: {_short(value)} mixes a reserved key with others")
+            if _FLOAT in value:
+                if value[_FLOAT] not in _NONFINITE:
+                    raise fail(f"{where}.{_FLOAT} must be 'NaN', 'Infinity' or '-Infinity', got {_short(value[_FLOAT])}")
+                return _NONFINITE[value[_FLOAT]]
             if _TUPLE in value:
                 items = _expect(value[_TUPLE], list, f"{where}.{_TUPLE}", fail)
                 return tuple(_decode(v, f"{where}[{i}]", members, fail) for i, v in enumerate(items))
@@ -725,9 +753,18 @@ class _ArrayRef:
     name: str
 
 
+@dataclasses.dataclass(frozen=True)
+class _DataclassRef:
+    name: str
+    fields: dict
+
+
 def _with_arrays(value: Any, arrays: dict[str, np.ndarray]) -> Any:
     if isinstance(value, _ArrayRef):
         return arrays[value.name].copy()
+    if isinstance(value, _DataclassRef):
+        cls = _import(_DATACLASSES[value.name])
+        return cls(**_with_arrays(value.fields, arrays))
     if isinstance(value, list):
         return [_with_arrays(v, arrays) for v in value]
     if isinstance(value, tuple):
