@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from budro.backends.base import Backend
-from budro.exceptions import ValidationError
+from budro.exceptions import ConvergenceWarning, NumericalError, ValidationError
 from budro.metrics.base import FairMetricLearner, FittedFairMetric
 from budro.solvers.base import Solver
 from budro.transport import Cost, NeighborCost, TransportProblem, TransportResult
@@ -39,6 +40,12 @@ class RoundRecord:
     time_losses: float
     time_solve: float
     time_tree: float
+    #: Whether the solver met its own stopping rule this round (False: stopped by max_iter, n_steps,
+    #: a time budget...; a :class:`~budro.exceptions.ConvergenceWarning` was issued).
+    converged: bool = True
+    #: How far the robust loss may lie below this round's optimum, as certified by the solver
+    #: (:attr:`budro.transport.TransportResult.gap`); NaN when the solver gives no certificate.
+    gap: float = math.nan
 
     @property
     def time_total(self) -> float:
@@ -140,20 +147,30 @@ class BuDRO:
         if any(not 0 <= j < X.shape[1] for j in categorical_features):
             raise ValidationError(f"categorical_features must be column indices of X (0..{X.shape[1] - 1}), got {categorical_features}")
         K = int(n_classes if n_classes is not None else y.max() + 1)
+        check_size = getattr(self.solver, "check_size", None)
+        if callable(check_size):  # an n x n problem too large for the solver is refused before any work
+            check_size(X.shape[0], sparse=self.n_neighbors is not None)
+        warm = _check_capabilities(self, X, K, categorical_features)  # declared capabilities, before any work
         t0 = time.perf_counter()
         if isinstance(self.fair_metric, FairMetricLearner):
             self.metric_ = self.fair_metric.fit(metric_X, protected, y=y)
         else:
             self.metric_ = self.fair_metric
-        if self.n_neighbors is None:
-            self.cost_: Cost = self.metric_.cost(metric_X)
-        else:
-            embed = getattr(self.metric_, "embed", None)
-            if embed is None:
-                raise ValidationError(
-                    f"n_neighbors needs a fair metric with an embedding (embed(X)); {type(self.metric_).__name__} has none"
-                )
-            self.cost_ = NeighborCost(embed(metric_X), self.n_neighbors, n_jobs=-1)
+        try:
+            if self.n_neighbors is None:
+                self.cost_: Cost = self.metric_.cost(metric_X)
+            else:
+                embed = getattr(self.metric_, "embed", None)
+                if embed is None:
+                    raise ValidationError(
+                        f"n_neighbors needs a fair metric with an embedding (embed(X)); {type(self.metric_).__name__} has none"
+                    )
+                self.cost_ = NeighborCost(embed(metric_X), self.n_neighbors, n_jobs=-1)
+        except NumericalError as exc:  # overflowing or NaN fair distances: name the features' scale
+            big = float(np.abs(metric_X).max()) if metric_X.size else 0.0
+            raise NumericalError(
+                f"the fair cost cannot be computed from these features (values up to {big:.3g}): {exc}"
+            ) from None
         self.time_setup_ = time.perf_counter() - t0
 
         # Backends that predate category codes take no categorical_features keyword.
@@ -162,12 +179,18 @@ class BuDRO:
         self.history_: list[RoundRecord] = []
         self.last_result_: TransportResult | None = None
         eta: float | None = None
+        unconverged: list[RoundRecord] = []
         for t in range(self.n_steps):
             t0 = time.perf_counter()
             losses = self.backend.losses()
             t1 = time.perf_counter()
+            _check_losses(losses, t)
             problem = TransportProblem(losses, y, self.cost_, self.eps)
-            result = self.solver.solve(problem, eta0=eta)
+            with warnings.catch_warnings():
+                if unconverged:  # the first round's warning stands for all; a summary follows the fit
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                result = self.solver.solve(problem, eta0=eta if warm else None)
+            _check_result(result, t, self.solver)
             t2 = time.perf_counter()
             self.backend.step(result.weights)
             t3 = time.perf_counter()
@@ -181,7 +204,11 @@ class BuDRO:
                 time_losses=t1 - t0,
                 time_solve=t2 - t1,
                 time_tree=t3 - t2,
+                converged=bool(result.converged),
+                gap=float(result.gap),
             )
+            if not record.converged:
+                unconverged.append(record)
             self.history_.append(record)
             self.last_result_ = result
             eta = result.eta if math.isfinite(result.eta) else None
@@ -189,7 +216,39 @@ class BuDRO:
             if any([bool(cb(info)) for cb in self.callbacks]):
                 break
         self.backend.finish()
+        if len(unconverged) > 1:
+            gaps = [r.gap for r in unconverged if math.isfinite(r.gap)]
+            warnings.warn(
+                f"{len(unconverged)} of {len(self.history_)} BuDRO rounds stopped before the solver converged "
+                f"(rounds {', '.join(str(r.step) for r in unconverged[:10])}{', ...' if len(unconverged) > 10 else ''}"
+                f"{f'; largest remaining gap {max(gaps):.3g}' if gaps else ''}): see history_[t].converged and .gap; "
+                f"raise the solver's iteration limit",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         return self
+
+
+def _check_losses(losses: Any, step: int) -> None:
+    """A booster whose losses are NaN/inf would make every transport solve meaningless."""
+    arr = np.asarray(losses)
+    if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+        bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
+        raise NumericalError(
+            f"round {step}: the booster's losses hold {bad} NaN or infinite value(s) (of {arr.size}): the model "
+            f"diverged or the features overflow; standardise the features, lower the learning rate, or use a "
+            f"smaller eps"
+        )
+
+
+def _check_result(result: TransportResult, step: int, solver: Solver) -> None:
+    """The solver's weights and objective must be finite (they become the next tree's weights)."""
+    weights = np.asarray(result.weights, dtype=np.float64)
+    if not (math.isfinite(float(result.objective)) and np.isfinite(weights).all()):
+        raise NumericalError(
+            f"round {step}: solver {getattr(solver, 'name', '') or type(solver).__name__!r} returned a non-finite "
+            f"objective ({float(result.objective)!r}) or weights; the costs or losses overflowed: standardise the features"
+        )
 
 
 def _check_eps(eps: Any) -> float:
@@ -202,6 +261,37 @@ def _check_eps(eps: Any) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValidationError(f"eps must be a finite number >= 0, got {eps!r}")
     return value
+
+
+def _check_capabilities(trainer: "BuDRO", X: np.ndarray, K: int, categorical_features: Sequence[int]) -> bool:
+    """Refuse what a plugin does not declare it can do (``budro.plugin_types.CAPABILITIES``), naming
+    the plugin and the capability; return whether the solver takes a warm start."""
+    from budro.registry import capabilities_of
+
+    solver_caps = capabilities_of("solver", trainer.solver)
+    solver_label = f"solver {type(trainer.solver).__name__}"
+    if trainer.n_neighbors is not None and "sparse-cost" not in solver_caps:
+        raise ValidationError(f"n_neighbors={trainer.n_neighbors} makes a sparse NeighborCost, but the {solver_label} does "
+                              f"not declare the 'sparse-cost' capability (it declares: {', '.join(sorted(solver_caps))}); "
+                              f"use a solver that does (e.g. 'dual') or n_neighbors=None")
+    if trainer.n_neighbors is None and "dense-cost" not in solver_caps:
+        raise ValidationError(f"the {solver_label} does not declare the 'dense-cost' capability (it declares: "
+                              f"{', '.join(sorted(solver_caps))}); set n_neighbors for a sparse NeighborCost")
+    if isinstance(trainer.fair_metric, FairMetricLearner) and trainer.n_neighbors is not None:
+        metric_caps = capabilities_of("fair_metric", trainer.fair_metric)
+        if "embedding" not in metric_caps:
+            raise ValidationError(f"n_neighbors needs a fair metric with the 'embedding' capability; "
+                                  f"{type(trainer.fair_metric).__name__} does not declare it")
+    backend_caps = capabilities_of("backend", trainer.backend)
+    backend_label = f"backend {type(trainer.backend).__name__}"
+    needs = [("multiclass", K > 2, f"{K} classes"),
+             ("missing-values", bool(np.isnan(X).any()), "missing (NaN) values in X"),
+             ("native-categorical", bool(len(categorical_features)), "categorical columns (categorical_features)")]
+    for capability, needed, what in needs:
+        if needed and capability not in backend_caps:
+            raise ValidationError(f"the data has {what}, but the {backend_label} does not declare the {capability!r} "
+                                  f"capability (it declares: {', '.join(sorted(backend_caps)) or 'none'})")
+    return "warm-start" in solver_caps
 
 
 def _check_n_neighbors(n_neighbors: Any) -> int | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["BudroError", "ValidationError", "ModelFileError", "ConfigError", "PluginError", "UnknownPluginError", "DuplicatePluginError"]
+__all__ = ["PluginWarning", "BudroError", "ValidationError", "ModelFileError", "ConfigError", "PluginError", "UnknownPluginError", "DuplicatePluginError",
+           "NumericalError", "ConvergenceWarning", "BudroWarning"]
 
 
 class BudroError(Exception):
@@ -16,6 +17,11 @@ class ValidationError(BudroError, ValueError):
 class ModelFileError(ValidationError):
     """A model file that cannot be read: damaged, edited, of an unknown format or version, or a
     pickle refused without ``trusted=True``; the message names the file and what is wrong."""
+
+
+class NumericalError(ValidationError):
+    """Numbers that cannot be computed with: NaN/inf or overflowing features, fair embeddings, costs
+    or losses; the message names the quantity and the likely cause (e.g. unscaled features)."""
 
 
 class ConfigError(ValidationError):
@@ -35,3 +41,21 @@ class UnknownPluginError(PluginError, KeyError):
 
 class DuplicatePluginError(PluginError):
     """Two plugins claim the same name; the message names both distributions."""
+
+
+class BudroWarning(UserWarning):
+    """Base class of every warning budro issues on purpose."""
+
+
+class ConvergenceWarning(BudroWarning):
+    """A solver stopped before meeting its own stopping rule (``max_iter``, a time budget, a failed
+    inner solve): its plan is feasible but may be suboptimal; the message gives the remaining gap or
+    residual, and :attr:`budro.core.RoundRecord.converged` records it per round."""
+
+
+class PluginWarning(BudroWarning):
+    """A third-party plugin is broken and was left out (the message names its package and the error).
+
+    Strict mode (``budro --strict-plugins`` or ``BUDRO_STRICT_PLUGINS=1``) raises
+    :class:`PluginError` instead.
+    """

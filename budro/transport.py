@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 import scipy.sparse as sp
 
-from budro.exceptions import ValidationError
+from budro.exceptions import NumericalError, ValidationError
 
 __all__ = [
     "Cost",
@@ -35,6 +35,9 @@ DEFAULT_BLOCK_BYTES = 32 * 2**20
 DEFAULT_CACHE_BYTES = 256 * 2**20
 #: Squared distances below ``ZERO_RTOL * (|z_i|^2 + |z_j|^2)`` are rounding noise and set to exactly 0.
 ZERO_RTOL = 1e-12
+#: Largest squared norm |z|^2 of an embedded point: ``|z_i - z_j|^2 <= 4 max|z|^2``, and the block
+#: formula ``|z_i|^2 + |z_j|^2 - 2 z_i.z_j`` must not overflow float64 (max 1.8e308) either.
+MAX_SQUARED_NORM = float(np.finfo(np.float64).max) / 16
 
 
 class Cost:
@@ -128,7 +131,9 @@ class EmbeddingCost(Cost):
             raise ValidationError(f"EmbeddingCost: Z must be 2-D (n points, p coordinates), got shape {Z.shape}")
         self.Z = np.ascontiguousarray(Z)
         self.n = Z.shape[0]
-        self._sq = np.einsum("ij,ij->i", self.Z, self.Z)
+        with np.errstate(over="ignore"):
+            self._sq = np.einsum("ij,ij->i", self.Z, self.Z)
+        check_squared_norms(self.Z, self._sq, "EmbeddingCost")
         self._full: np.ndarray | None = None
         if 8 * self.n * self.n <= cache_bytes:
             self._full = self._compute(0, self.n)
@@ -205,6 +210,8 @@ class NeighborCost(Cost):
         self.n = n
         self.m = m
         self.Z = np.ascontiguousarray(Z)
+        with np.errstate(over="ignore"):
+            check_squared_norms(self.Z, np.einsum("ij,ij->i", self.Z, self.Z), "NeighborCost")
         idx = _NEIGHBOR_METHODS[method](self.Z, m, n_jobs)
         # Each list starts with the point itself (ties among duplicates may have pushed it out),
         # followed by the first m - 1 other neighbours, by increasing exact cost.
@@ -436,9 +443,36 @@ class TransportResult:
         return cls(weights=weights, objective=objective, transport_cost=transport_cost, plan=csr, **kwargs)
 
     @property
+    def gap(self) -> float:
+        """How far :attr:`objective` may lie below the optimum, as far as the solver can tell:
+        ``info["gap"]`` or ``info["gap_bound"]`` where the solver certifies one, else
+        ``dual_objective - objective``; NaN when unknown."""
+        for key in ("gap", "gap_bound"):
+            value = self.info.get(key) if isinstance(self.info, dict) else None
+            if isinstance(value, (int, float, np.floating)) and math.isfinite(float(value)):
+                return max(0.0, float(value))
+        if math.isfinite(self.dual_objective) and math.isfinite(self.objective):
+            return max(0.0, float(self.dual_objective - self.objective))
+        return math.nan
+
+    @property
     def robust_loss(self) -> float:
         """Alias of :attr:`objective`: the restricted adversarial loss L(f) at this round."""
         return self.objective
+
+
+def check_squared_norms(Z: np.ndarray, sq: np.ndarray, owner: str) -> None:
+    """Raise :class:`~budro.exceptions.NumericalError` when the squared fair distances of the
+    embedding ``Z`` (squared row norms ``sq``) would overflow float64 (inf, then NaN costs)."""
+    top = float(sq.max()) if sq.size else 0.0
+    if math.isfinite(top) and top <= MAX_SQUARED_NORM:
+        return
+    big = float(np.abs(Z).max())
+    raise NumericalError(
+        f"{owner}: fair-embedding values up to {big:.3g} overflow the squared fair distance (|z_i|^2 reaches "
+        f"{top:.3g}; float64 ends at 1.8e308, so the costs would be inf/NaN): standardise the features (e.g. "
+        f"scikit-learn's StandardScaler) or rescale the fair metric"
+    )
 
 
 def _as_float_array(a: Any, name: str) -> np.ndarray:
@@ -447,5 +481,17 @@ def _as_float_array(a: Any, name: str) -> np.ndarray:
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"{name} must be a numeric array: {exc}") from None
     if not np.all(np.isfinite(arr)):
-        raise ValidationError(f"{name} contains NaN or infinite values")
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise NumericalError(f"{name} contains {bad} NaN or infinite value(s){_CAUSES.get(name, '')}")
     return arr
+
+
+#: The likely cause of non-finite values, by the array's name.
+_CAUSES = {
+    "Z": ": the fair metric produced them from the features (check the features for NaN/inf or huge values, "
+         "and standardise them)",
+    "losses": ": the model's losses overflowed (a diverging booster or huge features: lower the learning rate, "
+              "standardise the features)",
+    "C": ": a cost matrix must hold finite squared distances (standardise the features if they overflowed)",
+    "neighbor_costs": ": listed costs must be finite squared distances",
+}

@@ -5,25 +5,50 @@ from __future__ import annotations
 import abc
 
 from budro.exceptions import ValidationError
+from budro.solvers._convergence import warn_not_converged
 from budro.transport import TransportProblem, TransportResult
 
 __all__ = ["Solver"]
 
 
 class Solver(abc.ABC):
-    """Solves one round's :class:`~budro.TransportProblem`.
+    """Solves one round's :class:`~budro.TransportProblem` (the public solver contract).
 
-    Subclasses implement :meth:`_solve`; :meth:`solve` checks the input first.  A solver states
-    its guarantee in :attr:`guarantee` (prose) and :meth:`objective_tolerance` (numbers the
-    conformance kit :func:`budro.testing.check_solver` holds it to).
+    A solver plugin subclasses this class and defines:
+
+    * :meth:`_solve` ``(problem, *, eta0=None) -> TransportResult`` (abstract): the only required
+      member.  ``problem`` has ``losses`` (n, K) float64 (the loss of the current model at point
+      i under label k, in nats), ``labels`` (n,) ints in [0, K), ``cost`` (a
+      :class:`~budro.transport.Cost`: squared fair distances, in the fair metric's units) and
+      ``eps`` >= 0 (the budget, in the same units).  Return ``weights`` (n, K): non-negative,
+      summing to 1, with label marginals equal to the label shares, the worst-case reweighting
+      within the budget; ``objective = sum(weights * losses)``; ``transport_cost <= eps``; and
+      ``eta`` (the dual variable of the budget, NaN if unknown).  ``eta0`` is a warm start for
+      ``eta`` (last round's, or None); :meth:`solve` has already validated it (a number >= 0, or
+      None).  Solvers that use it declare the ``"warm-start"`` capability; others ignore it.
+    * :meth:`objective_tolerance` ``(problem) -> float``: how far below the LP optimum the
+      objective may fall.  The default is :attr:`tolerance` ``* max(1, max |losses|)``, i.e.
+      ``1e-9`` relative: exact.  An inexact solver raises :attr:`tolerance` or overrides this
+      method with its a-priori bound; it must be finite, since the conformance kit compares every
+      solver with the LP optimum.
+    * :meth:`budget_tolerance` ``(problem) -> float``: how far ``transport_cost`` may exceed
+      ``eps`` (default ``1e-9 * eps + 1e-12``: rounding only).
+
+    The registry record (:class:`~budro.SolverPlugin`) declares the capabilities
+    (:data:`budro.plugin_types.SOLVER_CAPABILITIES`), e.g. ``"sparse-cost"`` for solvers that
+    accept a :class:`~budro.transport.NeighborCost`; BuDRO never hands a sparse cost to a solver
+    without it.  :func:`budro.testing.check_solver` checks all of this (``docs/plugins.md``).
     """
 
     #: Registered name (set by the plugin record's factory users; informational).
     name: str = ""
     #: One sentence: what the returned plan is guaranteed to satisfy.
     guarantee: str = ""
-    #: True when the plan is an exact optimum of the LP (eq. (4) of the paper).
+    #: Informational: True for solvers whose plan is an exact optimum of the LP (eq. (4) of the
+    #: paper).  The record's ``"exact"`` capability is what the registry and the kit read.
     exact: bool = False
+    #: Relative objective tolerance used by the default :meth:`objective_tolerance`.
+    tolerance: float = 1e-9
 
     def solve(self, problem: TransportProblem, *, eta0: float | None = None) -> TransportResult:
         """Solve ``problem``; ``eta0`` is an optional warm start for the dual variable (e.g. last round's)."""
@@ -36,16 +61,21 @@ class Solver(abc.ABC):
                 raise ValidationError(f"eta0 must be a number >= 0 or None, got {eta0!r}") from None
             if not (eta0 >= 0) or eta0 == float("inf"):
                 eta0 = None  # a NaN or unusable warm start is simply ignored
-        return self._solve(problem, eta0=eta0)
+        result = self._solve(problem, eta0=eta0)
+        warn_not_converged(self, result)  # ConvergenceWarning naming the remaining gap, if not converged
+        return result
 
     @abc.abstractmethod
-    def _solve(self, problem: TransportProblem, *, eta0: float | None) -> TransportResult:
-        ...
+    def _solve(self, problem: TransportProblem, *, eta0: float | None = None) -> TransportResult:
+        """Solve a validated ``problem``, optionally warm-started at ``eta0`` (see the class docstring)."""
 
     def objective_tolerance(self, problem: TransportProblem) -> float:
-        """Largest amount by which the objective may fall below the LP optimum (absolute)."""
+        """Largest amount by which the objective may fall below the LP optimum (absolute).
+
+        Default: ``tolerance * max(1, max |losses|)``.  Must be finite for the conformance kit.
+        """
         scale = max(1.0, float(abs(problem.losses).max()))
-        return 1e-9 * scale if self.exact else float("inf")
+        return float(self.tolerance) * scale
 
     def budget_tolerance(self, problem: TransportProblem) -> float:
         """Largest amount by which ``transport_cost`` may exceed ``eps`` (absolute)."""

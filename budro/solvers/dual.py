@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from budro.exceptions import ValidationError
-from budro.solvers import _sparse_kernels
+from budro.solvers import _sizing, _sparse_kernels
 from budro.solvers.base import Solver
 from budro.transport import DEFAULT_BLOCK_BYTES, DenseCost, EmbeddingCost, TransportProblem, TransportResult
 
@@ -148,6 +148,12 @@ class DualSolver(Solver):
         a 2-core machine a second kernel thread competes with the booster's own threads between
         rounds (Adult, XGBoost, 2 threads: 31 ms per BuDRO round with two kernel threads, 24 ms
         with one; docs/performance.md).
+    max_dense_n : int or None, default 20000
+        Largest n accepted on the full (dense) problem; larger ones are refused before any cost
+        is read, with the estimated time and memory per round (about 250 ns per cost entry on a
+        blocked cost: ~100 s at n = 20000, ~7 min at n = 40000; see :mod:`budro.solvers._sizing`)
+        and the sparse alternative (``n_neighbors``).  None: no limit.  Sparse costs are never
+        limited.
 
     Notes
     -----
@@ -194,7 +200,8 @@ class DualSolver(Solver):
     exact = True
 
     def __init__(self, tie_rtol: float = 1e-12, max_iter: int = 100, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                 kernel: str = "auto", kernel_threads: int | None = 1):
+                 kernel: str = "auto", kernel_threads: int | None = 1,
+                 max_dense_n: int | None = _sizing.DEFAULT_MAX_DENSE_N["dual"]):
         if isinstance(tie_rtol, bool) or not isinstance(tie_rtol, numbers.Real):
             raise ValidationError(f"DualSolver: tie_rtol must be a number in (0, 1e-3], got {tie_rtol!r}")
         if not (0.0 < float(tie_rtol) <= 1e-3):
@@ -221,6 +228,7 @@ class DualSolver(Solver):
             raise ValidationError(f"DualSolver: kernel_threads must be an integer >= 1 or None, got {kernel_threads!r}")
         self.kernel = kernel
         self.kernel_threads = None if kernel_threads is None else int(kernel_threads)
+        self.max_dense_n = _sizing.check_max_dense_n(max_dense_n, "DualSolver")
         self._layout_cache: _SparseLayout | None = None
 
     def __getstate__(self) -> dict:
@@ -230,7 +238,13 @@ class DualSolver(Solver):
 
     def __repr__(self) -> str:
         return (f"DualSolver(tie_rtol={self.tie_rtol:g}, max_iter={self.max_iter}, block_bytes={self.block_bytes}, "
-                f"kernel={self.kernel!r}, kernel_threads={self.kernel_threads})")
+                f"kernel={self.kernel!r}, kernel_threads={self.kernel_threads}, "
+                f"max_dense_n={getattr(self, 'max_dense_n', None)})")
+
+    def check_size(self, n: int, *, sparse: bool = False, held: bool = False) -> None:
+        """Refuse (ValidationError) a full problem of n points past ``max_dense_n``, with the estimate."""
+        if not sparse:
+            _sizing.refuse_dense(self, n, held=held)
 
     # ------------------------------------------------------------------ the dual function
 
@@ -560,7 +574,7 @@ class DualSolver(Solver):
 
     # ------------------------------------------------------------------ solve
 
-    def _solve(self, problem: TransportProblem, *, eta0: float | None) -> TransportResult:
+    def _solve(self, problem: TransportProblem, *, eta0: float | None = None) -> TransportResult:
         eps = problem.eps
         n_eval = n_full = 0  # only the bracket ends are kept, not every evaluated point
 
@@ -569,6 +583,7 @@ class DualSolver(Solver):
         #    The minimiser is then read off the hulls' breakpoints and certified by one evaluation
         #    (the bracketing below, started there, is only a fallback for rounding near ties).
         sparse = bool(getattr(problem.cost, "is_sparse", False)) and hasattr(problem.cost, "neighbors")
+        self.check_size(problem.n, sparse=sparse, held=bool(problem.cost.is_dense))
         candidates: _Candidates | None = None
         pruned_pairs = None
         if sparse:

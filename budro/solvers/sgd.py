@@ -40,6 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from budro.exceptions import ValidationError
+from budro.solvers import _sizing
 from budro.solvers.base import Solver
 from budro.solvers.dual import _BELOW, _OPTIMAL, DualSolver, _result_from_entries, _switch_entries
 from budro.transport import DEFAULT_BLOCK_BYTES, EmbeddingCost, TransportProblem, TransportResult
@@ -93,9 +94,13 @@ class DualSGDSolver(Solver):
         ``|mean_j losses[j, y_j]|`` (see :meth:`objective_tolerance`).
     polish : bool, default True
         Fall back to the exact dual when the certificate is above the tolerance.  With
-        ``polish=False`` the result is feasible and certified, with no a-priori bound.
+        ``polish=False`` the result is feasible and certified, with no a-priori bound
+        (``converged`` is False when the certificate is above the tolerance).
     tie_rtol, max_iter, block_bytes
         As for :class:`~budro.solvers.dual.DualSolver` (recovery pass and polishing).
+    max_dense_n : int or None, default 20000
+        Largest n accepted on the full (dense) problem, refused past it with the estimated time
+        and memory per round (see :mod:`budro.solvers._sizing`); None: no limit.
 
     Notes
     -----
@@ -126,6 +131,7 @@ class DualSGDSolver(Solver):
         tie_rtol: float = 1e-12,
         max_iter: int = 100,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
+        max_dense_n: int | None = _sizing.DEFAULT_MAX_DENSE_N["dual-sgd"],
     ):
         owner = type(self).__name__
         self.batch_size = _check_int("batch_size", batch_size, 1, owner)
@@ -142,8 +148,14 @@ class DualSGDSolver(Solver):
             raise ValidationError(f"{owner}: polish must be True or False, got {polish!r}")
         self.polish = bool(polish)
         # The recovery pass and the polishing reuse the exact solver (and its sparse layout cache).
-        self._dual = DualSolver(tie_rtol=tie_rtol, max_iter=max_iter, block_bytes=block_bytes)
+        self._dual = DualSolver(tie_rtol=tie_rtol, max_iter=max_iter, block_bytes=block_bytes, max_dense_n=None)
         self.tie_rtol, self.max_iter, self.block_bytes = self._dual.tie_rtol, self._dual.max_iter, self._dual.block_bytes
+        self.max_dense_n = _sizing.check_max_dense_n(max_dense_n, owner)
+
+    def check_size(self, n: int, *, sparse: bool = False, held: bool = False) -> None:
+        """Refuse (ValidationError) a full problem of n points past ``max_dense_n``, with the estimate."""
+        if not sparse:
+            _sizing.refuse_dense(self, n, held=held)
 
     def __repr__(self) -> str:
         return (
@@ -208,18 +220,22 @@ class DualSGDSolver(Solver):
 
     # ------------------------------------------------------------------ solve
 
-    def _solve(self, problem: TransportProblem, *, eta0: float | None) -> TransportResult:
+    def _solve(self, problem: TransportProblem, *, eta0: float | None = None) -> TransportResult:
+        sparse = bool(getattr(problem.cost, "is_sparse", False)) and hasattr(problem.cost, "neighbors")
+        self.check_size(problem.n, sparse=sparse, held=bool(problem.cost.is_dense))
         if problem.eps == 0.0:
-            res = self._dual.solve(problem)
+            res = self._dual._solve(problem, eta0=None)  # the inner solver's own warning is this one's
             info = dict(res.info, delegated=True, eta_sgd=math.nan, sgd_gap=res.info.get("gap"), polished=False,
                         recovery="exact")
             return _replace(res, solver=self.name, info=info)
         eta_sgd, steps = self._sgd(problem, eta0)
         result = self._recover(problem, eta_sgd, n_iter=steps)
         result.info["sgd_gap"] = result.info["gap"]
-        if not self.polish or result.info["gap"] <= self._gap_budget(problem):
+        if result.info["gap"] <= self._gap_budget(problem):
             return result
-        exact = self._dual.solve(problem, eta0=eta_sgd if eta_sgd > 0.0 else None)
+        if not self.polish:  # stopped by n_steps with a certificate above the tolerance
+            return _replace(result, converged=False)
+        exact = self._dual._solve(problem, eta0=eta_sgd if eta_sgd > 0.0 else None)
         info = {
             "eta_sgd": eta_sgd,
             "sgd_gap": result.info["gap"],
