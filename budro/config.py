@@ -269,19 +269,148 @@ def _load_synthetic(cfg: Config):
     return ds.X, ds.y
 
 
-def _load_csv(cfg: Config):
-    import pandas as pd
-
-    path = Path(cfg.data["path"])
+def _file_path(cfg: Config) -> Path:
+    path = Path(cfg.data["path"]).expanduser()
     if not path.is_absolute():
         path = cfg.base_dir / path
     if not path.is_file():
         raise ConfigError(f"config key 'data.path': file {str(path)!r} does not exist")
-    frame = pd.read_csv(path)
-    label = cfg.data["label"]
-    if label not in frame.columns:
-        raise ConfigError(f"config key 'data.label': column {label!r} is not in {str(path)!r}; columns: {', '.join(frame.columns)}")
-    return frame.drop(columns=[label]), frame[label].to_numpy()
+    return path
+
+
+def _require_arrow(source: str):
+    try:
+        import pandas  # noqa: F401
+        import pyarrow
+    except ImportError as exc:
+        raise ConfigError(
+            f"data source {source!r} reads files with pyarrow into a pandas DataFrame: {exc.name} is not installed "
+            f"(pip install 'budro[tables]')"
+        ) from None
+    return pyarrow
+
+
+def _load_csv(cfg: Config):
+    """Read a delimited text file with pyarrow's CSV reader, raw: strings stay strings (the
+    estimator's table encoder handles them), numbers are typed by pyarrow's inference."""
+    pa = _require_arrow("csv")
+    import pyarrow.compute as pc
+    import pyarrow.csv as pcsv
+
+    data = cfg.data
+    path = _file_path(cfg)
+    separator = data.get("separator", ",")
+    delimiter = separator.strip(" ") or separator  # ", " (Adult): split at "," and strip the spaces
+    header = data.get("header", True)
+    names = data.get("names")
+    skip_rows = data.get("skip_rows", 0)
+    strip = data.get("strip_whitespace", True)
+    na_values = list(data.get("na_values", []))
+    null_values = list(pcsv.ConvertOptions().null_values) + na_values
+    read_kwargs = {"skip_rows": skip_rows}
+    if names is not None:
+        read_kwargs["column_names"] = list(names)
+        read_kwargs["skip_rows_after_names"] = 1 if header else 0
+    elif not header:
+        read_kwargs["autogenerate_column_names"] = True
+    parse = pcsv.ParseOptions(delimiter=delimiter)
+    if names is not None:
+        try:
+            with pcsv.open_csv(path, read_options=pcsv.ReadOptions(skip_rows=skip_rows, autogenerate_column_names=True),
+                               parse_options=parse) as reader:
+                found = len(reader.schema)
+        except pa.ArrowException as exc:
+            raise ConfigError(f"config key 'data.path': cannot read {str(path)!r} as {delimiter!r}-separated text: {exc}") from None
+        if found != len(names):
+            raise ConfigError(
+                f"config key 'data.names' lists {len(names)} columns, but {str(path)!r} has {found} "
+                f"(separator {separator!r}, after skip_rows = {skip_rows})"
+            )
+    try:
+        table = pcsv.read_csv(
+            path, read_options=pcsv.ReadOptions(**read_kwargs), parse_options=parse,
+            convert_options=pcsv.ConvertOptions(null_values=null_values, strings_can_be_null=True),
+        )
+    except pa.ArrowException as exc:
+        raise ConfigError(f"config key 'data.path': cannot read {str(path)!r} as {delimiter!r}-separated text: {exc}") from None
+    if strip or na_values:
+        columns = []
+        for column in table.columns:
+            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                column = _clean_text_column(pa, pc, column, strip=strip, na_values=na_values)
+            columns.append(column)
+        table = pa.table(columns, names=table.column_names)
+    return _split_label(cfg, table, path)
+
+
+def _clean_text_column(pa, pc, column, *, strip: bool, na_values: list[str]):
+    """Strip surrounding spaces, turn ``na_values`` into missing values, and give a column that
+    was text only because of them (" 39", "?") its numeric type back."""
+    if strip:
+        column = pc.utf8_trim_whitespace(column)
+    if na_values:
+        column = pc.if_else(pc.is_in(column, value_set=pa.array(na_values, type=column.type)),
+                            pa.scalar(None, type=column.type), column)
+    if column.null_count == len(column):
+        return column
+    for target in (pa.int64(), pa.float64()):
+        try:
+            return pc.cast(column, target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    return column
+
+
+def _load_parquet(cfg: Config):
+    pa = _require_arrow("parquet")
+    import pyarrow.parquet as pq
+
+    path = _file_path(cfg)
+    try:
+        table = pq.read_table(path)
+    except pa.ArrowException as exc:
+        raise ConfigError(f"config key 'data.path': cannot read {str(path)!r} as a parquet file: {exc}") from None
+    return _split_label(cfg, table, path)
+
+
+def _split_label(cfg: Config, table, path: Path):
+    """(X as a pandas DataFrame without the label and the dropped columns, y as an array)."""
+    import numpy as np
+
+    data = cfg.data
+    label = data["label"]
+    columns = list(table.column_names)
+    if label not in columns:
+        raise ConfigError(f"config key 'data.label': column {label!r} is not in {str(path)!r}; columns: {', '.join(columns)}")
+    drop = list(data.get("drop", []))
+    unknown = [c for c in drop if c not in columns]
+    if unknown:
+        raise ConfigError(f"config key 'data.drop': column {unknown[0]!r} is not in {str(path)!r}; columns: {', '.join(columns)}")
+    if label in drop:
+        raise ConfigError(f"config key 'data.drop' lists the label column {label!r}")
+    y = table.column(label).to_pandas().to_numpy()
+    missing = np.array([v is None or (isinstance(v, float) and v != v) for v in y], dtype=bool)
+    if missing.any():
+        raise ConfigError(
+            f"the label column {label!r} of {str(path)!r} has {int(missing.sum())} missing values (first in data row "
+            f"{int(np.argmax(missing)) + 1}); remove those rows or list fewer na_values"
+        )
+    if "label_strip" in data or "label_map" in data:
+        y = _clean_labels(y, data.get("label_strip"), data.get("label_map", {}))
+    X = table.drop_columns([label, *drop]).to_pandas()
+    return X, y
+
+
+def _clean_labels(y, strip: str | None, mapping: Mapping[str, Any]):
+    import numpy as np
+
+    out = []
+    for v in y:
+        if isinstance(v, str) and strip is not None:
+            v = v.strip(strip)
+        key = v if isinstance(v, str) else str(v)
+        out.append(mapping.get(key, v))
+    return np.asarray(out)
 
 
 def _dataset_loader(name: str):
@@ -315,12 +444,16 @@ _DATASET_LOADERS: dict[str, Callable[[Config], Any]] = {
 DATA_SOURCES: dict[str, tuple[dict[str, tuple[type, ...]], Callable[[Config], Any]]] = {
     "synthetic": ({"random_state": (int,), "n": (int,), "n_majority": (int,), "shift": (int, float), "scale": (int, float)},
                   _load_synthetic),
-    "csv": ({"path": (str,), "label": (str,)}, _load_csv),
+    "csv": ({"path": (str,), "label": (str,), "header": (bool,), "names": (list,), "separator": (str,),
+             "na_values": (list,), "skip_rows": (int,), "strip_whitespace": (bool,), "drop": (list,),
+             "label_strip": (str,), "label_map": (dict,)}, _load_csv),
+    "parquet": ({"path": (str,), "label": (str,), "drop": (list,), "label_strip": (str,), "label_map": (dict,)},
+                _load_parquet),
     "german": ({"data_home": (str,)}, _load_named("german")),
     "adult": ({"data_home": (str,)}, _load_named("adult")),
     "compas": ({"data_home": (str,)}, _load_named("compas")),
 }
-_REQUIRED_DATA_KEYS = {"csv": ("path", "label")}
+_REQUIRED_DATA_KEYS = {"csv": ("path", "label"), "parquet": ("path", "label")}
 
 
 def _data_section(value: Any) -> dict[str, Any]:
@@ -335,12 +468,45 @@ def _data_section(value: Any) -> dict[str, Any]:
             continue
         if key not in allowed:
             raise ConfigError(f"config key 'data.{key}' is not used by data source {source!r}; allowed: {', '.join(sorted(allowed)) or '(none)'}")
-        if isinstance(v, bool) or not isinstance(v, allowed[key]):
-            raise ConfigError(f"config key 'data.{key}' must be of type {'/'.join(t.__name__ for t in allowed[key])}, got {v!r}")
+        types = allowed[key]
+        if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
+            raise ConfigError(f"config key 'data.{key}' must be of type {'/'.join(t.__name__ for t in types)}, got {v!r}")
     for key in _REQUIRED_DATA_KEYS.get(source, ()):
         if key not in value:
             raise ConfigError(f"config key 'data.{key}' is required for data source {source!r}")
+    _check_file_keys(value)
     return dict(value)
+
+
+def _check_file_keys(value: Mapping[str, Any]) -> None:
+    """The values of the csv/parquet keys that a type alone does not check."""
+    for key in ("names", "na_values", "drop"):
+        items = value.get(key)
+        if items is not None and not all(isinstance(v, str) for v in items):
+            raise ConfigError(f"config key 'data.{key}' must be a list of strings, got {items!r}")
+    names = value.get("names")
+    if names is not None:
+        if not names:
+            raise ConfigError("config key 'data.names' must list the file's column names, got an empty list")
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ConfigError(f"config key 'data.names' lists the column {dup[0]!r} twice")
+        if value.get("label") not in names:
+            raise ConfigError(f"config key 'data.label': {value.get('label')!r} is not one of data.names")
+    if "separator" in value:
+        sep = value["separator"]
+        if len(sep.strip(" ") or sep) != 1:
+            raise ConfigError(
+                f"config key 'data.separator' must be one character, optionally with spaces around it (\",\", \", \", "
+                f"\" \", \"\\t\", \";\"), got {sep!r}"
+            )
+    if "skip_rows" in value and value["skip_rows"] < 0:
+        raise ConfigError(f"config key 'data.skip_rows' must be >= 0, got {value['skip_rows']!r}")
+    mapping = value.get("label_map")
+    if mapping is not None:
+        bad = [k for k, v in mapping.items() if isinstance(v, bool) or not isinstance(v, (str, int))]
+        if bad:
+            raise ConfigError(f"config key 'data.label_map.{bad[0]}' must map to a string or an integer label, got {mapping[bad[0]]!r}")
 
 
 # -- experiment sections -------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import time
 from typing import Any, Sequence
 
 import numpy as np
@@ -11,10 +12,15 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from budro import registry
+from budro.budget import check_budget, check_eps_unit, diagnose_budget, effective_eps
 from budro.core import BuDRO, Callback, _check_eps, _check_n_neighbors, _check_n_steps
 from budro.exceptions import ConfigError, ValidationError
+from budro.tables import TableEncoder, is_table, table_needs_encoding
 
-__all__ = ["BuDROClassifier"]
+__all__ = ["BuDROClassifier", "PREPROCESSING"]
+
+#: Values of ``BuDROClassifier(preprocessing=...)``.
+PREPROCESSING = ("auto", "table", "none")
 
 
 class BuDROClassifier(ClassifierMixin, BaseEstimator):
@@ -35,11 +41,20 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         Fair-metric learner, a name from ``budro.registry.available("fair_metric")``.
     fair_metric_params : dict, optional
     protected : sequence of str or int, optional
-        Protected attributes: column names (pandas input) or column indices.  Without any, the
-        sensitive-subspace metric is the plain Euclidean distance, so ``fit(X, y)`` works on any data.
+        Protected attributes: column names (DataFrame input) or column indices of ``X``, numeric
+        (e.g. ``age``) or categorical (e.g. ``sex`` holding "Male"/"Female": every one-hot column of
+        it in the fair metric's embedding is protected).  Without any, the sensitive-subspace metric
+        is the plain Euclidean distance, so ``fit(X, y)`` works on any data.
     eps : float, default 0.1
         Transport budget: how far (in squared fair distance, on average) the adversary may move
-        the data.  ``eps = 0`` is plain boosting.
+        the data.  ``eps = 0`` is plain boosting.  The unit is set by ``eps_unit``.
+    eps_unit : {"raw", "nn"}, default "raw"
+        ``"raw"``: ``eps`` is a mean squared fair distance, measured in the fair metric's
+        coordinates (with table preprocessing: :meth:`metric_matrix`, numerics standardised,
+        categoricals one-hot); the paper's configs use these units.  ``"nn"``: ``eps`` is a multiple
+        of the training table's nearest-neighbour scale ``eps_scale_``, the median squared fair
+        distance from a training point to its nearest other distinct point (on a sample of 500
+        points, each against all), so one budget means the same on any table (:mod:`budro.budget`).
     n_steps : int, default 100
         BuDRO rounds after the first plain round.
     random_state : int, optional
@@ -52,6 +67,26 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
     verbose : int, default 0
         0: silent.  > 0: a progress bar on stderr (:class:`budro.progress.ProgressBar`, drawn by
         tqdm) with the round, the robust and plain loss and the estimated time left.
+    preprocessing : {"auto", "table", "none"}, default "auto"
+        How ``X`` becomes the booster's matrix and the fair metric's points.
+
+        - ``"table"``: through a :class:`budro.tables.TableEncoder` fitted on the training rows
+          (attribute ``table_``): string, categorical and boolean columns and missing values are
+          accepted.  The booster gets numeric columns as they are (NaN kept when the backend
+          declares the capability ``"missing-values"``, else the training median), categorical
+          columns as category codes when the backend declares ``"native-categorical"``, else
+          one-hot.  The fair metric gets numeric columns imputed (median) and standardised and
+          categorical ones imputed (most frequent) and one-hot; an unseen category at predict time
+          is treated as missing by the booster and as all zeros by the metric, with a warning.
+        - ``"none"``: ``X`` must be numeric without missing values; booster and metric both get it
+          as a float matrix, unchanged (budro before tables; the paper's experiments, whose data
+          sets are prepared and standardised beforehand).
+        - ``"auto"``: ``"table"`` when ``X`` needs it (a DataFrame with a string, categorical,
+          object or date column or a missing value; an array of strings or with NaN), else
+          ``"none"``.  So prepared all-numeric data trains exactly as with ``"none"``.
+    max_categories : int, default 1000
+        With table preprocessing: a categorical column with more distinct training values is
+        refused as an identifier (drop it, or raise this if it really is a category).
 
     Attributes
     ----------
@@ -64,6 +99,19 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
     history_ : list of RoundRecord
         Per-round robust loss, plain loss, eta, transport cost and timings.
     protected_indices_ : tuple of int
+        Columns of ``X`` that are protected.
+    eps_scale_ : float
+        The training table's nearest-neighbour scale (the unit of ``eps_unit="nn"``), computed for
+        either unit; 0 when no point has a distinct neighbour in the fair metric.
+    eps_effective_ : float
+        The budget training used, in squared fair distance (``eps``, times ``eps_scale_`` for "nn").
+    budget_ : budro.budget.BudgetDiagnosis
+        What the metric and the labels allow the adversary (``budget_.table([...])`` lists the share of
+        points each budget can relabel).  Fitting warns (:class:`budro.budget.DegenerateFairMetricWarning`,
+        :class:`budro.budget.LargeBudgetWarning`) when the metric is degenerate or the budget can relabel
+        most of the data.
+    table_ : TableEncoder or None
+        The fitted table encoder with table preprocessing, else None.
     """
 
     def __init__(
@@ -81,6 +129,9 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         callbacks: Sequence[Callback] | None = None,
         n_neighbors: int | None = None,
         verbose: int = 0,
+        eps_unit: str = "raw",
+        preprocessing: str = "auto",
+        max_categories: int = 1000,
     ):
         self.backend = backend
         self.backend_params = backend_params
@@ -95,11 +146,15 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         self.callbacks = callbacks
         self.n_neighbors = n_neighbors
         self.verbose = verbose
+        self.eps_unit = eps_unit
+        self.preprocessing = preprocessing
+        self.max_categories = max_categories
 
     # -- fitting ------------------------------------------------------------------------
     def fit(self, X: Any, y: Any) -> "BuDROClassifier":
         """Fit on ``X`` (array or DataFrame, n x d) and labels ``y``."""
         eps = _check_eps(self.eps)
+        eps_unit = check_eps_unit(self.eps_unit)
         n_steps = _check_n_steps(self.n_steps)
         _check_n_neighbors(self.n_neighbors)
         if not isinstance(self.verbose, numbers.Integral) or self.verbose < 0:
@@ -108,15 +163,24 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
             isinstance(self.random_state, bool) or not isinstance(self.random_state, numbers.Integral)
         ):
             raise ValidationError(f"random_state must be an integer or None, got {self.random_state!r}")
+        if self.preprocessing not in PREPROCESSING:
+            raise ValidationError(f"preprocessing must be one of {', '.join(map(repr, PREPROCESSING))}, got {self.preprocessing!r}")
         backend, solver, metric = self._make_plugins()
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+        fit_kwargs: dict[str, Any] = {}
+        if self._use_table(X):
+            X, y, fit_kwargs = self._encode_table(X, y)
+        else:
+            self.table_ = None
+            X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
         check_classification_targets(y)
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
             raise ValueError(
                 f"BuDROClassifier needs at least 2 classes in y; got 1 class: {self.classes_.tolist()}"
             )
-        self.protected_indices_ = self._protected_indices()
+        if self.table_ is None:
+            self.protected_indices_ = self._protected_indices()
+            fit_kwargs["protected"] = self.protected_indices_
         callbacks = tuple(self.callbacks or ())
         bar = None
         if self.verbose > 0:
@@ -124,11 +188,21 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
 
             bar = ProgressBar()
             callbacks += (bar,)
-        trainer = BuDRO(backend, solver, metric, eps=eps, n_steps=n_steps, callbacks=callbacks,
+        # The fair metric is fitted here, so that the budget can be checked (and, with
+        # eps_unit="nn", scaled) before the first round; BuDRO uses the fitted metric as it is.
+        t0 = time.perf_counter()
+        metric_X = fit_kwargs.get("metric_X", X)
+        metric = metric.fit(metric_X, fit_kwargs["protected"], y=y_enc)
+        self.budget_ = diagnose_budget(metric, metric_X, y_enc, random_state=self.random_state or 0)
+        self.eps_scale_ = self.budget_.nn_scale
+        self.eps_effective_ = effective_eps(eps, eps_unit, self.budget_)
+        check_budget(self.budget_, self.eps_effective_, eps_given=eps, eps_unit=eps_unit, protected=self.protected,
+                     stacklevel=3)
+        time_budget = time.perf_counter() - t0
+        trainer = BuDRO(backend, solver, metric, eps=self.eps_effective_, n_steps=n_steps, callbacks=callbacks,
                         n_neighbors=self.n_neighbors)
         try:
-            trainer.fit(X, y_enc, protected=self.protected_indices_, n_classes=self.classes_.size,
-                        random_state=self.random_state)
+            trainer.fit(X, y_enc, n_classes=self.classes_.size, random_state=self.random_state, **fit_kwargs)
         finally:
             if bar is not None:
                 bar.close()
@@ -137,8 +211,63 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         self.fair_metric_ = trainer.metric_
         self.history_ = trainer.history_
         self.last_transport_ = trainer.last_result_
-        self.time_setup_ = trainer.time_setup_
+        self.time_setup_ = trainer.time_setup_ + time_budget
         return self
+
+    def _use_table(self, X: Any) -> bool:
+        if self.preprocessing == "auto":
+            return table_needs_encoding(X)
+        return self.preprocessing == "table"
+
+    def _encode_table(self, X: Any, y: Any):
+        """Fit ``table_`` on ``X``; the booster matrix, the labels and BuDRO.fit's table arguments."""
+        caps = registry.get("backend", self.backend).spec.capabilities
+        native_missing = "missing-values" in caps
+        native_categorical = native_missing and "native-categorical" in caps
+        if self.protected is not None and isinstance(self.protected, (str, numbers.Integral)):
+            raise ValidationError(f"protected must be a list of column names or indices, got {self.protected!r}")
+        encoder = TableEncoder(max_categories=self.max_categories).fit(
+            X, protected=tuple(self.protected or ()), native_categorical=native_categorical,
+            native_missing=native_missing,
+        )
+        y = _check_labels(y)
+        booster_X = encoder.booster_matrix(X)
+        if y.shape[0] != booster_X.shape[0]:
+            raise ValidationError(f"X has {booster_X.shape[0]} rows but y has {y.shape[0]} labels")
+        self.table_ = encoder
+        self.n_features_in_ = len(encoder.columns_)
+        if encoder.has_names_:
+            self.feature_names_in_ = np.asarray(encoder.columns_, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        self.protected_indices_ = tuple(encoder.columns_.index(c) for c in encoder.protected_columns_)
+        kwargs = {
+            "protected": encoder.protected_metric_indices_,
+            "metric_X": encoder.metric_matrix(X),
+            "categorical_features": encoder.categorical_features_,
+        }
+        return booster_X, y, kwargs
+
+    def _booster_input(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        table = getattr(self, "table_", None)
+        if table is not None:
+            return table.booster_matrix(X)
+        if is_table(X) and table_needs_encoding(X):
+            raise ValidationError(
+                "X has non-numeric columns or missing values, but this model was trained on numeric data without "
+                "table preprocessing; pass the same kind of numeric data it was trained on"
+            )
+        return validate_data(self, X, dtype=np.float64, reset=False)
+
+    def metric_matrix(self, X: Any) -> np.ndarray:
+        """``X`` in the fitted fair metric's coordinates (what ``fair_metric_`` measures): the table
+        encoder's embedding (:meth:`budro.tables.TableEncoder.metric_matrix`), or ``X`` as a float
+        matrix without table preprocessing."""
+        check_is_fitted(self)
+        if getattr(self, "table_", None) is not None:
+            return self.table_.metric_matrix(X)
+        return validate_data(self, X, dtype=np.float64, reset=False)
 
     def _make_plugins(self):
         made = []
@@ -185,8 +314,7 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
     # -- prediction ---------------------------------------------------------------------
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, columns in the order of ``classes_``."""
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = self._booster_input(X)
         return self.backend_.predict_proba(X)
 
     def predict(self, X: Any) -> np.ndarray:
@@ -195,8 +323,7 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
 
     def decision_margin(self, X: Any) -> np.ndarray:
         """Raw margins of the boosted model (log-odds for two classes)."""
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
+        X = self._booster_input(X)
         return self.backend_.predict_margin(X)
 
     def save_native_model(self, path: str) -> None:
@@ -206,5 +333,25 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
+        tags.input_tags.allow_nan = True  # "auto" sends arrays with NaN through the table encoder
         return tags
+
+
+def _check_labels(y: Any) -> np.ndarray:
+    """Labels as a 1-D array (pandas/polars Series, lists, arrays); missing labels refused."""
+    from sklearn.utils.validation import column_or_1d
+
+    try:
+        arr = np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+    except Exception as exc:
+        raise ValidationError(f"y must be a 1-D array of labels, got {type(y).__name__}: {exc}") from None
+    arr = column_or_1d(arr, warn=True)
+    if arr.dtype.kind == "f":
+        missing = np.isnan(arr)
+    elif arr.dtype.kind == "O":
+        missing = np.array([v is None or (isinstance(v, float) and v != v) for v in arr], dtype=bool)
+    else:
+        missing = np.zeros(arr.shape, dtype=bool)
+    if missing.any():
+        raise ValidationError(f"y has {int(missing.sum())} missing labels (first at row {int(np.argmax(missing))}); drop those rows")
+    return arr

@@ -57,12 +57,19 @@ DEFAULT_MAX_CATEGORIES = 1000
 
 #: Types a stored encoder may contain; :meth:`TableEncoder.from_state` refuses any other.
 TRUSTED_TYPES = (
+    "builtins.NoneType",
+    "builtins.bool",
     "builtins.dict",
+    "builtins.float",
+    "builtins.int",
     "builtins.list",
-    "builtins.tuple",
     "builtins.str",
+    "builtins.tuple",
     "numpy.dtype",
+    "numpy.float64",
+    "numpy.int64",
     "numpy.ndarray",
+    "numpy.object_",
     "sklearn.pipeline.Pipeline",
     "sklearn.impute._base.SimpleImputer",
     "sklearn.preprocessing._data.StandardScaler",
@@ -104,14 +111,25 @@ def table_needs_encoding(X: Any) -> bool:
     value, or a numpy array of non-numeric dtype or with NaN.  Booleans count as numeric."""
     frame = _narwhals_frame(X)
     if frame is None:
-        arr = np.asarray(X) if not isinstance(X, np.ndarray) else X
+        import scipy.sparse
+
+        if scipy.sparse.issparse(X):
+            return False
+        try:
+            arr = np.asarray(X)
+        except Exception:
+            return False  # let the caller's own validation say what is wrong
         if arr.dtype.kind in "biuf":
             return arr.dtype.kind == "f" and bool(np.isnan(arr).any())
-        return True
+        if arr.dtype.kind in "US":
+            return True
+        if arr.dtype.kind == "O":
+            return any(v is None or isinstance(v, str) or (isinstance(v, float) and v != v) for v in arr.ravel())
+        return False
     for name, dtype in frame.schema.items():
         if not (dtype.is_numeric() or _is_boolean(dtype)):
             return True
-        if _missing_mask(frame[name], dtype).any():
+        if _missing_mask(frame.get_column(name), dtype).any():
             return True
     return False
 
@@ -175,11 +193,12 @@ def _read_columns(X: Any, what: str) -> tuple[list[_Column], bool]:
     frame = _narwhals_frame(X)
     if frame is None:
         return _read_array(X, what), False
+    # As scikit-learn: only string column names count as names; others are positions.
+    named = all(isinstance(name, str) for name in frame.columns)
     cols = []
-    for name, dtype in frame.schema.items():
-        if not isinstance(name, str):
-            raise ValidationError(f"{what}: column names must be strings, got {name!r} ({type(name).__name__})")
-        series = frame[name]
+    for j, (name, dtype) in enumerate(frame.schema.items()):
+        series = frame.get_column(name)
+        name = name if named else str(j)
         missing = _missing_mask(series, dtype)
         if dtype.is_numeric():
             values = series.cast(nw.Float64).to_numpy().astype(np.float64, copy=False)
@@ -202,7 +221,7 @@ def _read_columns(X: Any, what: str) -> tuple[list[_Column], bool]:
                 f"(e.g. days since a date) or to strings, or drop it"
             )
         cols.append(_Column(name, kind, values, missing, str(dtype)))
-    return cols, True
+    return cols, named
 
 
 def _read_array(X: Any, what: str) -> list[_Column]:
@@ -584,11 +603,10 @@ class TableEncoder:
             raise ValidationError("stored TableEncoder: columns and kinds do not match")
         if set(categories) != {c for c, k in zip(columns, kinds) if k == "categorical"} or not set(protected) <= set(columns):
             raise ValidationError("stored TableEncoder: categories or protected columns do not match the columns")
-        untrusted = set(sio.get_untrusted_types(data=blob))
-        refused = sorted(untrusted - set(TRUSTED_TYPES))
+        refused = sorted(_stored_types(blob) - set(TRUSTED_TYPES))
         if refused:
             raise ValidationError(f"stored TableEncoder holds types budro does not load: {', '.join(refused)}")
-        transformers = sio.loads(blob, trusted=sorted(untrusted))
+        transformers = sio.loads(blob, trusted=sorted(sio.get_untrusted_types(data=blob)))
         _check_transformers(transformers)
         self = cls(max_categories=max_categories)
         self.columns_ = tuple(columns)
@@ -609,6 +627,31 @@ class TableEncoder:
         counts = {k: sum(1 for v in self.kinds_.values() if v == k) for k in KINDS}
         return (f"TableEncoder({len(self.columns_)} columns: {counts['numeric']} numeric, {counts['boolean']} boolean, "
                 f"{counts['categorical']} categorical; protected {list(self.protected_columns_)})")
+
+
+def _stored_types(blob: bytes) -> set[str]:
+    """Every type named in a skops file's schema (a JSON member of the zip), read without loading
+    anything: skops itself trusts every scikit-learn class, budro only :data:`TRUSTED_TYPES`."""
+    import io
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+            schema = json.loads(archive.read("schema.json"))
+    except (zipfile.BadZipFile, KeyError, ValueError, TypeError) as exc:
+        raise ValidationError(f"stored TableEncoder: the transformers are not a skops file ({exc})") from None
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if "__class__" in node:
+                found.add(f"{node.get('__module__')}.{node['__class__']}")
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _check_transformers(transformers: Any) -> None:

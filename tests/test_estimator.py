@@ -91,11 +91,33 @@ def test_unknown_protected_name_lists_columns():
         BuDROClassifier(protected=["age"], n_steps=1).fit(ds.X, ds.y)
 
 
-def test_nan_input_is_rejected():
+def test_nan_input_is_rejected_without_table_preprocessing():
     X, y, _ = make_synthetic(random_state=0)
     X[3, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        BuDROClassifier(n_steps=1).fit(X, y)
+        BuDROClassifier(n_steps=1, preprocessing="none").fit(X, y)
+
+
+def test_nan_array_goes_through_the_table_encoder():
+    """An array with NaN is encoded ("auto"): the fair metric sees imputed values, never NaN."""
+    X, y, _ = make_synthetic(random_state=0)
+    X[3, 1] = np.nan
+    clf = BuDROClassifier(n_steps=2, protected=[0], backend_params=FAST).fit(X, y)
+    assert clf.table_ is not None and not hasattr(clf, "feature_names_in_")
+    assert clf.protected_indices_ == (0,) and clf.table_.protected_metric_indices_ == (0,)
+    assert np.isfinite(clf.metric_matrix(X)).all()
+    assert clf.predict_proba(X).shape == (X.shape[0], 2)
+
+
+def test_numeric_input_keeps_the_plain_path_bit_for_bit():
+    """"auto" leaves numeric data without NaN to the plain path: identical to preprocessing="none"."""
+    ds = load_synthetic(random_state=3)
+    common = dict(protected=["x1"], eps=0.05, n_steps=6, backend_params=FAST, random_state=0)
+    auto = BuDROClassifier(**common).fit(ds.X, ds.y)
+    none = BuDROClassifier(**common, preprocessing="none").fit(ds.X, ds.y)
+    assert auto.table_ is None
+    assert np.array_equal(auto.decision_margin(ds.X), none.decision_margin(ds.X))
+    assert [r.robust_loss for r in auto.history_] == [r.robust_loss for r in none.history_]
 
 
 def test_save_load_and_pickle_roundtrip(tmp_path):
