@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -38,11 +40,13 @@ def _cmd_plugins_list(args: argparse.Namespace) -> int:
     from budro import registry
 
     entries = registry.plugins(args.kind)
+    left_out = registry.broken(args.kind)  # every plugin left out, with its error (strict mode included)
     if args.json:
-        print(json.dumps([e.to_dict() for e in entries], indent=2))
+        print(json.dumps([e.to_dict() for e in entries] + [b.to_dict() for b in left_out], indent=2))
         return 0
     rows = [("KIND", "NAME", "ALIASES", "PACKAGE", "DESCRIPTION")]
     rows += [(e.kind, e.name, ",".join(e.spec.aliases) or "-", e.source, e.description) for e in entries]
+    rows += [(b.kind or "?", b.name or "-", "-", b.source, f"BROKEN ({b.stage}): {b.error}") for b in left_out]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
@@ -156,6 +160,8 @@ def _installed_version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="budro", description="Individually fair gradient boosting (BuDRO).")
+    parser.add_argument("--strict-plugins", action="store_true",
+                        help="a broken third-party plugin is an error, not a warning (also BUDRO_STRICT_PLUGINS=1)")
     parser.add_argument("--version", action="version", version=f"budro {_installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -227,11 +233,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _plugin_mode(strict: bool):
+    """Broken plugins as one ``budro: warning:`` line each; with ``--strict-plugins``, a registry
+    that raises PluginError instead (the default registry is restored afterwards)."""
+    from budro import registry
+    from budro.exceptions import PluginWarning
+
+    with warnings.catch_warnings():
+        show = warnings.showwarning
+
+        def _show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, PluginWarning):
+                print(f"budro: warning: {message}", file=sys.stderr)
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = _show
+        if strict:
+            with registry.use_registry(registry.Registry(strict=True)):
+                yield
+        else:
+            yield
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with _plugin_mode(args.strict_plugins):
+            return int(args.func(args) or 0)
     except BudroError as exc:
         print(f"budro: error: {exc}", file=sys.stderr)
         return 2

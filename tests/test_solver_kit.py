@@ -159,8 +159,27 @@ class ClaimsExactnessButMovesNothing(Solver):
         return TransportResult(weights=w, objective=float(np.sum(w * problem.losses)), transport_cost=0.0)
 
 
+class MovesNothing(Solver):
+    """Claims nothing (no 'exact' flag, default tolerance) and always returns the empirical weights:
+    feasible, consistent, and never the worst case.  The kit used to check optimality only for
+    solvers flagged exact, so this passed."""
+
+    def _solve(self, problem, *, eta0=None):
+        w = problem.empirical_weights()
+        return TransportResult(weights=w, objective=float(np.sum(w * problem.losses)), transport_cost=0.0)
+
+
+class StatesNoBound(MovesNothing):
+    """The same, stating an infinite tolerance to dodge the optimality check."""
+
+    def objective_tolerance(self, problem):
+        return math.inf
+
+
 class Unseeded(_Wrapped):
     """Mixes the optimal plan with the identity by a random share: feasible, but not reproducible."""
+
+    tolerance = 10.0  # honestly loose (losses are below 4 here): only its lack of a seed is wrong
 
     def alter(self, problem, res):
         t = np.random.default_rng().random()
@@ -198,6 +217,8 @@ class OverBudgetOnlyOnWarmStart(_Wrapped):
         (WrongMarginals(), "'label marginals'"),
         (InflatesTheObjective(), r"'objective equals sum\(weights \* losses\)'"),
         (ClaimsExactnessButMovesNothing(), "'objective vs LP optimum'"),
+        (MovesNothing(), "'objective vs LP optimum'"),
+        (StatesNoBound(), "'finite objective_tolerance'"),
         (Unseeded(), "'determinism'"),
         (MutatesItsInput(), "'does not modify the problem'"),
         (BadPlan(), "'plan column sums 1/n'"),
@@ -236,6 +257,33 @@ def test_the_kit_holds_an_inexact_solver_to_its_stated_tolerance():
     with pytest.raises(AssertionError, match="'objective vs LP optimum'"):
         check_solver(Sloppy(), n_instances=4, costs=("dense",))
     check_solver(EntropicSolver(gamma_rel=0.5), n_instances=4, costs=("dense",))  # honest: passes
+
+
+def test_a_solver_declaring_exact_is_held_to_the_exact_tolerance():
+    loose = EntropicSolver(gamma_rel=0.5)  # honest about its own bound, but not exact
+    check_solver(loose, n_instances=2, edge_cases=False, costs=("dense",))
+    with pytest.raises(AssertionError, match="'exact solvers state an exact tolerance'"):
+        check_solver(loose, n_instances=2, edge_cases=False, costs=("dense",), capabilities={"exact", "dense-cost"})
+
+
+def test_default_costs_follow_the_capabilities():
+    def kinds(solver, **kw):
+        return {r["cost"] for r in check_solver(solver, n_instances=1, edge_cases=False, determinism=False, **kw)}
+
+    assert kinds(budro.registry.create("solver", "lp")) == {"dense", "embedding"}  # no "sparse-cost"
+    assert kinds(DualSolver()) == {"dense", "embedding", "sparse"}  # registered with "sparse-cost"
+    assert kinds(DualSolver(), capabilities={"sparse-cost"}) == {"sparse"}
+    with pytest.raises(ValueError, match="unknown solver capability 'sparse'.*choose one of"):
+        check_solver(DualSolver(), capabilities={"sparse"})
+
+
+def test_the_contract_defaults_eta0_to_none():
+    """A solver written from the public contract may call its own _solve without eta0."""
+    import inspect
+
+    assert inspect.signature(Solver._solve).parameters["eta0"].default is None
+    problem = TransportProblem(np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([0, 1]), EmbeddingCost(np.eye(2)), 0.5)
+    assert DualSolver()._solve(problem).objective == pytest.approx(DualSolver().solve(problem).objective)
 
 
 def test_kit_arguments_are_checked():

@@ -6,7 +6,16 @@ transport cost never needs an n x n matrix), expose ``M`` as ``matrix_`` and the
 and convert to and from a JSON-compatible dict::
 
     state = metric.to_dict()                 # plain lists, numbers and strings
-    same = budro.metrics.metric_from_dict(state)
+    same = budro.metrics.metric_from_dict(state)   # same class, same fitted state, same distances
+
+A subclass (a plugin's metric included) round-trips as itself when it (1) defines its own ``kind``
+string, (2) lists its fitted state in ``_state_attributes`` (attributes that ``_restore`` rebuilds go
+in ``_derived_attributes``), and (3) is listed in its plugin record's
+``FairMetricPlugin(metric_classes=...)``.  ``metric_from_dict`` finds the class through the plugin
+registry by ``kind``: it never imports a module or calls anything named in the dict (a model file
+feeds this dict), and arrays are rebuilt only with numeric dtypes.  ``to_dict`` refuses a class
+that breaks (1) or (2) rather than writing a dict that would come back as another class or
+without part of its state.
 """
 
 from __future__ import annotations
@@ -53,6 +62,9 @@ class LinearMetric(MahalanobisMetric):
     #: Attributes written by :meth:`to_dict` (besides ``kind`` and ``format``).
     _state_attributes: ClassVar[tuple[str, ...]] = ("transform_", "protected_", "protected_directions_",
                                                     "n_features_in_")
+    #: Fitted attributes not written by :meth:`to_dict` because :meth:`_restore` rebuilds them (or,
+    #: documented per class, because they cannot be saved as plain data, e.g. fitted models).
+    _derived_attributes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, transform: Any, *, protected: Any = (), protected_directions: Any = None):
         L = np.asarray(transform, dtype=np.float64)
@@ -95,8 +107,24 @@ class LinearMetric(MahalanobisMetric):
         """A JSON-compatible description of the fitted metric (arrays as nested lists).
 
         Fitted scikit-learn models (``models_``) are not included: pickle the metric (or the model
-        holding it) to keep them.  :func:`metric_from_dict` rebuilds an equal metric.
+        holding it) to keep them.  :func:`metric_from_dict` rebuilds an equal metric of the same class.
+
+        Raises ValidationError for a class that does not define its own ``kind`` (it would be
+        reloaded as its base class) or holds fitted attributes (public names ending in ``_``)
+        listed in neither ``_state_attributes`` nor ``_derived_attributes`` (they would be lost).
         """
+        cls = type(self)
+        if "kind" not in cls.__dict__:
+            raise ValidationError(
+                f"{cls.__name__}.to_dict: the class inherits kind {self.kind!r} from a base class, so its dict would "
+                f"be reloaded as that class; define its own 'kind' string and list the class in its plugin record "
+                f"(FairMetricPlugin(metric_classes=...))")
+        saved = set(cls._state_attributes) | set(cls._derived_attributes)
+        dropped = sorted(a for a in vars(self) if a.endswith("_") and not a.startswith("_") and a not in saved)
+        if dropped:
+            raise ValidationError(
+                f"{cls.__name__}.to_dict would drop the fitted attribute(s) {', '.join(dropped)}: list them in "
+                f"{cls.__name__}._state_attributes (or in _derived_attributes when _restore rebuilds them)")
         out: dict[str, Any] = {"kind": self.kind, "format": FORMAT_VERSION}
         for name in self._state_attributes:
             out[name] = _encode(getattr(self, name))
@@ -104,8 +132,13 @@ class LinearMetric(MahalanobisMetric):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LinearMetric":
-        """Rebuild a metric written by :meth:`to_dict` (the class is read from ``data["kind"]``)."""
-        return metric_from_dict(data)
+        """Rebuild a metric written by :meth:`to_dict` (the class is found by ``data["kind"]``; it
+        must be this class or a subclass)."""
+        metric = metric_from_dict(data)
+        if not isinstance(metric, cls):
+            raise ValidationError(f"{cls.__name__}.from_dict: the dict holds a {type(metric).__name__} "
+                                  f"(kind {data.get('kind')!r}), not a {cls.__name__}")
+        return metric
 
     @classmethod
     def _from_state(cls, state: dict[str, Any]) -> "LinearMetric":
@@ -151,9 +184,19 @@ def _encode(value: Any) -> Any:
     return value
 
 
+#: Array dtypes a fair-metric dict may name (numbers and booleans: no objects).
+_DTYPE_KINDS = frozenset("biufc")
+
+
 def _decode(value: Any) -> Any:
     if isinstance(value, dict) and set(value) == {"array", "shape", "dtype"}:
-        return np.asarray(value["array"], dtype=np.dtype(value["dtype"])).reshape(value["shape"])
+        try:
+            dtype = np.dtype(value["dtype"])
+        except TypeError:
+            dtype = None
+        if dtype is None or dtype.kind not in _DTYPE_KINDS:
+            raise ValidationError(f"fair-metric dict: array dtype {value['dtype']!r} is not numeric")
+        return np.asarray(value["array"], dtype=dtype).reshape(value["shape"])
     if isinstance(value, list):
         return [_decode(v) for v in value]
     if isinstance(value, dict):
@@ -161,26 +204,18 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def _metric_classes() -> dict[str, type[LinearMetric]]:
-    from budro.metrics.explore import ExploreMetric
-    from budro.metrics.simple import FeatureMetric, MatrixMetric
-    from budro.metrics.subspace import SubspaceMetric
-
-    return {cls.kind: cls for cls in (LinearMetric, SubspaceMetric, FeatureMetric, MatrixMetric, ExploreMetric)}
-
-
 def metric_from_dict(data: dict[str, Any]) -> LinearMetric:
-    """Rebuild a built-in fitted metric from :meth:`LinearMetric.to_dict`'s output.
+    """Rebuild a fitted metric from :meth:`LinearMetric.to_dict`'s output, as the same class.
 
-    Only budro's own metric classes are rebuilt (the dict names one by its ``kind``); nothing
-    is imported or executed from the dict.
+    The class is the registered one whose ``kind`` is ``data["kind"]``: budro's own metric
+    classes and those listed by installed plugins (``FairMetricPlugin(metric_classes=...)``).
+    Nothing named in the dict is imported or executed.
     """
     if not isinstance(data, dict) or "kind" not in data:
         raise ValidationError("a fair-metric dict must be a dict with a 'kind' key (from metric.to_dict())")
     if data.get("format") != FORMAT_VERSION:
         raise ValidationError(f"fair-metric dict has format {data.get('format')!r}; this budro reads format {FORMAT_VERSION}")
-    classes = _metric_classes()
-    cls = classes.get(data["kind"])
-    if cls is None:
-        raise ValidationError(f"unknown fair-metric kind {data['kind']!r}; known: {', '.join(sorted(classes))}")
+    from budro import registry
+
+    cls = registry.metric_class(data["kind"])
     return cls._from_state(data)

@@ -99,6 +99,7 @@ class MatrixMetric(LinearMetric):
 
     kind = "matrix"
     _state_attributes = ("matrix_", "protected_", "protected_directions_", "n_features_in_")
+    _derived_attributes = ("eigenvalues_", "transform_")  # from matrix_, by _restore
 
     def __init__(self, matrix: Any, *, protected: Sequence[int] = (), protected_directions: Any = None):
         M = check_psd_matrix(matrix, "matrix")

@@ -101,6 +101,9 @@ class SubspaceMetric(LinearMetric):
     kind = "subspace"
     _state_attributes = ("directions_", "direction_labels_", "basis_", "complement_", "singular_values_",
                          "explained_variance_ratio_", "protected_", "attributes_", "n_features_in_")
+    #: transform_ and protected_directions_ are rebuilt by _restore; models_ (fitted scikit-learn
+    #: models) are not plain data and are not saved.
+    _derived_attributes = ("transform_", "protected_directions_", "models_")
 
     def __init__(self, directions: np.ndarray, direction_labels: list[str], n_features: int,
                  models: dict, protected: Sequence[int], *, basis: np.ndarray | None = None,

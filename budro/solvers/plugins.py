@@ -17,31 +17,31 @@ def budro_solvers():
         name="lp",
         factory=LPSolver,
         description="Exact LP in n^2 variables through HiGHS (scipy); the reference, for small n only.",
-        capabilities={"exact", "dense-only"},
+        capabilities={"exact", "dense-cost"},
     )
     yield SolverPlugin(
         name="dual",
         factory=DualSolver,
         description="Exact dual: eta* by a 1-D cutting plane, then an exactly optimal plan that meets the budget.",
-        capabilities={"exact", "warm-start", "blocked", "sparse-cost"},
+        capabilities={"exact", "warm-start", "blocked", "dense-cost", "sparse-cost"},
         aliases=("dual-bisection",),
     )
     yield SolverPlugin(
         name="entropic",
         factory=EntropicSolver,
         description="Entropic plan (per-column softmax) with eta from a bracketing root find; within gamma*log(n) of the LP.",
-        capabilities={"warm-start", "blocked", "sparse-cost", "array-api"},
+        capabilities={"warm-start", "blocked", "dense-cost", "sparse-cost", "array-api"},
         aliases=("sinkhorn",),
     )
     yield SolverPlugin(
         name="entropic-sgd",
         factory=EntropicSGDSolver,
         description="Entropic plan with eta from minibatch SGD (Algorithm 7), made feasible; polished to the entropic bound.",
-        capabilities={"warm-start", "blocked", "sparse-cost", "array-api", "stochastic"},
+        capabilities={"warm-start", "blocked", "dense-cost", "sparse-cost", "array-api", "stochastic"},
     )
     yield SolverPlugin(
         name="dual-sgd",
         factory=DualSGDSolver,
         description="Dual SGD (Algorithm 2) with momentum and warm start, then an exact feasible recovery at its eta; certified, polished by 'dual' past gap_rtol.",
-        capabilities={"warm-start", "blocked", "sparse-cost", "stochastic"},
+        capabilities={"warm-start", "blocked", "dense-cost", "sparse-cost", "stochastic"},
     )

@@ -76,7 +76,8 @@ def check_fair_metric(
     * ``blocked pairwise``: ``iter_pairwise`` with small blocks reassembles ``pairwise``;
     * ``transport cost consistency``: ``cost(X)`` (when provided) equals ``pairwise(X)``;
     * ``persistence``: the metric pickles, and ``to_dict`` (when provided) survives JSON and
-      ``metric_from_dict`` (or the class's ``from_dict``) with the same distances;
+      ``metric_from_dict`` (for a :class:`~budro.metrics.LinearMetric`; else the class's
+      ``from_dict``) as the same class, with equal ``_state_attributes`` and the same distances;
     * ``input not modified``: fitting and evaluating leave X unchanged;
     * ``row-order invariance``: refitting on the rows in another order gives the same metric;
     * with ``check_errors``: a ``ValueError`` (e.g. :class:`budro.exceptions.ValidationError`)
@@ -256,10 +257,18 @@ def check_fair_metric(
             state = json.loads(json.dumps(state))
         except (TypeError, ValueError) as exc:
             kit.fail("persistence", f"to_dict() is not JSON-serialisable: {exc}")
-        from_dict = getattr(type(metric), "from_dict", None)
+        from budro.metrics.linear import LinearMetric, metric_from_dict
+
+        # budro's linear metrics go through the public metric_from_dict (the registry finds the class)
+        from_dict = metric_from_dict if isinstance(metric, LinearMetric) else getattr(type(metric), "from_dict", None)
         if not callable(from_dict):
-            from budro.metrics.linear import metric_from_dict as from_dict
+            kit.fail("persistence", f"{type(metric).__name__} has to_dict but no from_dict to rebuild it")
         rebuilt = kit.call(from_dict, "persistence", state)
+        kit.require(type(rebuilt) is type(metric), "persistence",
+                    f"from_dict(to_dict()) gives a {type(rebuilt).__name__}, not a {type(metric).__name__}")
+        for name in getattr(type(metric), "_state_attributes", ()):
+            kit.require(_same_value(getattr(rebuilt, name, None), getattr(metric, name, None)), "persistence",
+                        f"from_dict(to_dict()) changes the fitted attribute {name}")
         kit.close(kit.pairwise(rebuilt, A, B), DAB, atol, "persistence", "from_dict(to_dict()) gives other distances")
     kit.checked.append("persistence")
 
@@ -401,3 +410,15 @@ def _check_errors(kit: _Kit, learner: Any, X: np.ndarray, protected: Any, y: Any
     X_text[:, col] = [names[v] for v in X[:, col]]
     _expect_error(kit, _fresh(learner), "error for a non-numeric protected attribute", ["numeric", "encod"],
                   X_text, protected, y, fit_params)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal fitted values: arrays elementwise (NaN equal to NaN), sequences and dicts recursively."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    return bool(a == b) or (a != a and b != b)  # NaN scalars

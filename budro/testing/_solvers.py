@@ -4,7 +4,9 @@ A solver (built-in or third-party) passes when, on every generated instance, its
 feasible reweighting with a consistent objective that is as good as the solver's own stated
 guarantee (:meth:`~budro.solvers.Solver.objective_tolerance`) against an independent reference:
 the transport LP solved by HiGHS over the allowed pairs (all n^2 pairs, or the listed pairs of a
-sparse :class:`~budro.transport.NeighborCost`).
+sparse :class:`~budro.transport.NeighborCost`).  Optimality is always checked: the default
+tolerance is exact (1e-9 relative), an inexact solver states a finite one, and a solver stating
+an infinite tolerance fails.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def check_solver(
     *,
     rng: Any = None,
     n_instances: int = 8,
-    costs: Iterable[str] = ("dense", "embedding"),
+    costs: Iterable[str] | None = None,
+    capabilities: Iterable[str] | None = None,
     edge_cases: bool = True,
     determinism: bool = True,
     warm_start: bool = True,
@@ -69,6 +72,8 @@ def check_solver(
       ``sum_i weights[i, k]`` equal to the share of label k;
     * ``objective == sum(weights * losses)`` and ``transport_cost <= eps +
       solver.budget_tolerance(problem)``;
+    * ``objective_tolerance(problem)`` is finite and >= 0 (at most ``1e-9 * max(1, max |losses|)``
+      for a solver declaring the ``"exact"`` capability): every solver is compared with the LP;
     * ``objective >= LP optimum - solver.objective_tolerance(problem)`` and ``objective <=`` the
       LP optimum at the relaxed budget ``eps + budget_tolerance`` (a solver cannot beat the
       optimum); a finite ``dual_objective`` must bound the LP optimum from above; ``eta`` is
@@ -94,10 +99,15 @@ def check_solver(
         Seed of the generated instances (None means 0: the kit is reproducible).
     n_instances : int, default 8
         Random instances per cost kind.
-    costs : iterable of {"dense", "embedding", "sparse"}, default ("dense", "embedding")
+    costs : iterable of {"dense", "embedding", "sparse"}, optional
         Cost representations: :class:`~budro.transport.DenseCost`, an uncached
         :class:`~budro.transport.EmbeddingCost` (columns in blocks only), and a sparse
-        :class:`~budro.transport.NeighborCost` (for solvers that support it).
+        :class:`~budro.transport.NeighborCost`.  Default: from the capabilities, "dense" and
+        "embedding" for ``"dense-cost"``, "sparse" for ``"sparse-cost"``.
+    capabilities : iterable of str, optional
+        The solver's declared capabilities (:data:`budro.plugin_types.SOLVER_CAPABILITIES`).
+        Default: its registry record's (:func:`budro.registry.capabilities_of`), or
+        ``{"dense-cost"}`` for a solver class that is not registered.
     edge_cases, determinism, warm_start : bool, default True
         Run those checks.
     problems : iterable of TransportProblem, optional
@@ -111,6 +121,10 @@ def check_solver(
         ``objective``, ``reference`` (the LP optimum, bracketed from below), ``gap``
         (``reference - objective``) and ``tolerance``.
 
+    Passing does not prove optimality on other inputs: the instances are small (n <= 30 here,
+    about 60 for your own ``problems``), so blocked, large-n and numerically hard paths are
+    exercised only as far as these sizes reach them.
+
     Raises
     ------
     AssertionError
@@ -118,6 +132,17 @@ def check_solver(
     """
     if not isinstance(solver, Solver):
         raise TypeError(f"check_solver expects a budro Solver instance, got {type(solver).__name__}")
+    if capabilities is None:
+        from budro import registry
+
+        caps = registry.capabilities_of("solver", solver)
+    else:
+        from budro.plugin_types import check_capabilities
+
+        caps = check_capabilities("solver", capabilities)
+    if costs is None:
+        costs = (("dense", "embedding") if "dense-cost" in caps or "sparse-cost" not in caps else ()) + (
+            ("sparse",) if "sparse-cost" in caps else ())
     costs = tuple(costs)
     unknown = [c for c in costs if c not in COST_KINDS]
     if unknown or not costs:
@@ -131,13 +156,13 @@ def check_solver(
             raise TypeError(f"check_solver: problems must hold TransportProblem instances, got {type(problem).__name__}")
         kind = "sparse" if problem.cost.is_sparse else ("dense" if problem.cost.is_dense else "embedding")
         inst = _Instance(f"given-{i} ({problem!r})", problem, kind)
-        report.append(_check_instance(solver, inst, determinism=determinism, warm_start=warm_start))
+        report.append(_check_instance(solver, inst, caps, determinism=determinism, warm_start=warm_start))
     for kind in costs:
         for inst in _random_instances(gen, n_instances, kind):
-            report.append(_check_instance(solver, inst, determinism=determinism, warm_start=warm_start))
+            report.append(_check_instance(solver, inst, caps, determinism=determinism, warm_start=warm_start))
         if edge_cases:
             for inst in _edge_instances(gen, kind):
-                report.append(_check_instance(solver, inst, determinism=determinism, warm_start=False))
+                report.append(_check_instance(solver, inst, caps, determinism=determinism, warm_start=False))
     return report
 
 
@@ -407,9 +432,19 @@ def _fresh(solver: Solver) -> Solver:
         return solver
 
 
-def _check_instance(solver: Solver, inst: _Instance, *, determinism: bool, warm_start: bool) -> dict:
+def _check_instance(solver: Solver, inst: _Instance, caps: frozenset[str], *, determinism: bool,
+                    warm_start: bool) -> dict:
     problem = inst.problem
     check = _Checker(solver, inst)
+    otol = float(solver.objective_tolerance(problem))
+    check.require(math.isfinite(otol) and otol >= 0.0, "finite objective_tolerance",
+                  f"objective_tolerance(problem) = {otol!r}; every solver is compared with the LP optimum, so it "
+                  f"must state a finite bound (the 'tolerance' attribute, or objective_tolerance for an a-priori bound)")
+    if "exact" in caps:
+        exact_tol = 1e-9 * max(1.0, float(np.abs(problem.losses).max())) * (1.0 + 1e-12)
+        check.require(otol <= exact_tol, "exact solvers state an exact tolerance",
+                      f"the solver declares the 'exact' capability but objective_tolerance(problem) = {otol:.3g} "
+                      f"exceeds 1e-9 * max(1, max |losses|) = {exact_tol:.3g}")
     losses, labels = problem.losses.copy(), problem.labels.copy()
     reference, reference_up = reference_bounds(problem, float(solver.budget_tolerance(problem)))
     res = check.solve(_fresh(solver))

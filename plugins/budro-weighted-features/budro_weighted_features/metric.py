@@ -8,24 +8,37 @@ from typing import Sequence
 import numpy as np
 
 from budro.exceptions import ValidationError
-from budro.metrics import FairMetricLearner, MahalanobisMetric
+from budro.metrics import FairMetricLearner, LinearMetric
 
 
-class WeightedFeaturesMetric(MahalanobisMetric):
-    """Fitted metric: the embedding is ``sqrt(w) * x[:, features]``."""
+class WeightedFeaturesMetric(LinearMetric):
+    """Fitted metric: the embedding is ``sqrt(w) * x[:, features]``, i.e. ``X @ L`` with ``L`` the
+    column selection scaled by ``sqrt(w)``.
 
-    def __init__(self, features: tuple[int, ...], weights: np.ndarray, n_features: int):
-        self.features_ = features
-        self.weights_ = weights
-        self.n_features_in_ = n_features
+    A :class:`budro.metrics.LinearMetric` subclass with its own ``kind`` and its extra fitted
+    state (``features_``, ``weights_``) in ``_state_attributes``: ``to_dict`` /
+    ``budro.metrics.metric_from_dict`` give back a ``WeightedFeaturesMetric`` (the plugin record
+    lists the class in ``metric_classes``).
+    """
 
-    def embed(self, X: np.ndarray) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValidationError(f"X must have shape (n, {self.n_features_in_}), got {X.shape}")
-        if not np.all(np.isfinite(X)):
-            raise ValidationError("X contains NaN or infinite values")
-        return X[:, list(self.features_)] * np.sqrt(self.weights_)
+    kind = "weighted-features"
+    _state_attributes = LinearMetric._state_attributes + ("features_", "weights_")
+
+    def __init__(self, features: Sequence[int], weights: np.ndarray, n_features: int, *, protected: Sequence[int] = ()):
+        self.features_ = tuple(int(f) for f in features)
+        self.weights_ = np.asarray(weights, dtype=np.float64)
+        L = np.zeros((n_features, len(self.features_)))
+        L[list(self.features_), np.arange(len(self.features_))] = np.sqrt(self.weights_)
+        # The metric is zero along every column that is not a feature, protected ones included.
+        ignored = [p for p in protected if p not in self.features_]
+        directions = np.eye(n_features)[ignored] if ignored else None
+        super().__init__(L, protected=protected, protected_directions=directions)
+
+    def _restore(self) -> None:
+        self.features_ = tuple(int(f) for f in self.features_)
+
+    def __repr__(self) -> str:
+        return f"WeightedFeaturesMetric(d={self.n_features_in_}, features={list(self.features_)})"
 
 
 class WeightedFeatures(FairMetricLearner):
@@ -56,4 +69,5 @@ class WeightedFeatures(FairMetricLearner):
         bad = [f for f in self.features if not 0 <= f < d]
         if bad:
             raise ValidationError(f"features {bad} are out of range for {d} columns")
-        return WeightedFeaturesMetric(self.features, self.weights, d)
+        flat = [int(p) for p in protected if isinstance(p, numbers.Integral) and 0 <= int(p) < d]
+        return WeightedFeaturesMetric(self.features, self.weights, d, protected=flat)

@@ -2,7 +2,7 @@
 
 import budro
 
-from budro_weighted_features.metric import WeightedFeatures
+from budro_weighted_features.metric import WeightedFeatures, WeightedFeaturesMetric
 
 
 @budro.hookimpl
@@ -12,4 +12,5 @@ def budro_fair_metrics():
         factory=WeightedFeatures,
         description="Distance on chosen features only, each with a weight (ignores all others).",
         capabilities={"embedding"},
+        metric_classes=(WeightedFeaturesMetric,),  # so metric_from_dict rebuilds this class by its kind
     )
