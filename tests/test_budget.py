@@ -152,3 +152,39 @@ def test_eps_unit_is_checked():
         effective_eps(0.5, "median", d)
     with pytest.raises(ValidationError, match="max_samples"):
         diagnose_budget(_euclidean(), np.zeros((3, 1)), np.array([0, 1, 0]), max_samples=0)
+
+
+# ---------------------------------------------------------------------------------- in the estimator
+
+
+def test_estimator_nn_unit_trains_with_eps_times_the_scale():
+    from budro import BuDROClassifier
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(120, 3))
+    y = (X[:, 0] + 0.5 * rng.normal(size=120) > 0).astype(int)
+    nn = BuDROClassifier(eps=0.5, eps_unit="nn", n_steps=5, backend_params=FAST, random_state=0).fit(X, y)
+    assert nn.eps_scale_ == pytest.approx(diagnose_budget(nn.fair_metric_, X, y, random_state=0).nn_scale)
+    assert nn.eps_effective_ == pytest.approx(0.5 * nn.eps_scale_)
+    raw = BuDROClassifier(eps=nn.eps_effective_, n_steps=5, backend_params=FAST, random_state=0).fit(X, y)
+    assert raw.eps_effective_ == raw.eps and raw.eps_scale_ == nn.eps_scale_
+    assert [r.robust_loss for r in raw.history_] == [r.robust_loss for r in nn.history_]
+    assert max(r.transport_cost for r in nn.history_) <= nn.eps_effective_ * (1 + 1e-6)
+    # the scale follows the table: the same data in other units gives the same relabel share
+    scaled = BuDROClassifier(eps=0.5, eps_unit="nn", n_steps=5, backend_params=FAST, random_state=0).fit(10 * X, y)
+    assert scaled.eps_scale_ == pytest.approx(100 * nn.eps_scale_)
+    assert scaled.budget_.relabel_share(scaled.eps_effective_) == nn.budget_.relabel_share(nn.eps_effective_)
+
+
+def test_estimator_warns_on_the_readme_example_with_protected_x1():
+    from budro import BuDROClassifier
+
+    ds = load_synthetic()
+    with pytest.warns(DegenerateFairMetricWarning, match="100.0% of the pairs"):
+        clf = BuDROClassifier(protected=["x1"], n_steps=3, backend_params=FAST).fit(ds.X, ds.y)
+    assert clf.eps_scale_ == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BudroWarning)
+        BuDROClassifier(protected=["x1"], eps=0.0, n_steps=3, backend_params=FAST).fit(ds.X, ds.y)  # plain boosting
+    with pytest.raises(ValidationError, match="eps_unit must be one of"):
+        BuDROClassifier(eps_unit="NN", n_steps=3).fit(ds.X, ds.y)
