@@ -219,3 +219,195 @@ def test_a_split_index_out_of_range_crashes_xgboost_but_not_budro(tmp_path):
 
     with pytest.raises(ValidationError, match="split index 1000000"):
         XGBoostBackend(nthread=1).load_native_bytes(path.read_bytes(), n_classes=2, n_features=4)
+
+
+# -- missing values and native categorical features -----------------------------------------
+
+CATS = (1, 3)
+
+
+def mixed_data(n=240, K=2, seed=0, missing=0.1):
+    """Numeric columns 0, 2, 4 (with NaN) and categorical codes in columns 1 (6 levels) and 3
+    (4 levels, with NaN); the label depends on a non-monotone set of categories."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    X[:, 1] = rng.integers(0, 6, n)
+    X[:, 3] = rng.integers(0, 4, n)
+    score = X[:, 0] + 2.0 * np.isin(X[:, 1], (1, 4)) - 1.0 * (X[:, 3] == 2)
+    for c in (0, 2, 3):
+        X[rng.random(n) < missing, c] = np.nan
+    if K == 2:
+        y = (score + rng.normal(size=n) > 0.5).astype(int)
+    else:
+        y = np.digitize(score + rng.normal(size=n), np.quantile(score, np.linspace(0, 1, K + 1)[1:-1]))
+    return X, y
+
+
+def empirical(y, K):
+    W = np.zeros((len(y), K))
+    W[np.arange(len(y)), y] = 1.0 / len(y)
+    return W
+
+
+def new_rows(K):
+    X, _ = mixed_data(n=40, K=K, seed=7)
+    X[:5, 1] = np.nan  # missing / unseen category
+    X[5:10, 0] = np.nan
+    X[10:15, 3] = 5.0  # a code never seen in training
+    return X
+
+
+@pytest.mark.parametrize("K", [2, 3])
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_missing_values_and_categories_equal_native_training(name, K):
+    pytest.importorskip(name)
+    X, y = mixed_data(K=K)
+    backend = registry.create("backend", name, **BACKENDS[name])
+    backend.start(X, y, K, categorical_features=CATS)
+    for _ in range(3):
+        backend.step(empirical(y, K))
+    native = backend.fit_native(X, y, K, 4, categorical_features=list(CATS))
+    np.testing.assert_allclose(backend.margins(), native.predict_margin(X), rtol=0, atol=1e-6)
+    X_new = new_rows(K)
+    m = backend.predict_margin(X_new)
+    assert np.isfinite(m).all()
+    np.testing.assert_allclose(m, native.predict_margin(X_new), rtol=0, atol=1e-6)
+    assert backend.categorical_features == native.categorical_features == CATS
+    # the columns really are categorical for the library
+    meta = {
+        "xgboost": lambda b: tuple(i for i, t in enumerate(b.model.feature_types) if t == "c"),
+        "lightgbm": _lgb_categorical,
+        "catboost": lambda b: tuple(sorted(b.model.get_cat_feature_indices())),
+    }[name]
+    assert meta(backend) == CATS
+    # and the model bytes carry them
+    data = backend.to_native_bytes()
+    loaded = registry.create("backend", name, **BACKENDS[name])
+    loaded.load_native_bytes(data, n_classes=K, n_features=5, categorical_features=CATS)
+    np.testing.assert_array_equal(loaded.predict_margin(X_new), backend.predict_margin(X_new))
+    with pytest.raises(ValidationError, match="categorical"):
+        registry.create("backend", name, **BACKENDS[name]).load_native_bytes(data, n_classes=K, n_features=5)
+
+
+def _lgb_categorical(backend):
+    from budro.backends.lightgbm import _categorical_of
+
+    return _categorical_of(backend.to_native_bytes().decode())
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_categorical_columns_are_checked_when_predicting(name):
+    backend = trained(name, 2, rounds=2, X=mixed_data()[0], y=mixed_data()[1], categorical_features=CATS)
+    X_new = new_rows(2)
+    X_new[0, 1] = 2.5
+    with pytest.raises(ValidationError, match=r"column 1 is categorical.*found 2\.5"):
+        backend.predict_margin(X_new)
+    X_new[0, 1] = 1.0
+    X_new[0, 0] = -np.inf
+    with pytest.raises(ValidationError, match="infinite"):
+        backend.predict_margin(X_new)
+
+
+def _library_margins(name, X, y, rounds, X_new):
+    """The library's own training on numeric ``X`` with NaN, outside budro."""
+    lib = pytest.importorskip(name)
+    if name == "xgboost":
+        params = {"objective": "binary:logistic", "base_score": 0.5, "tree_method": "hist", "max_depth": 3, "nthread": 1}
+        booster = lib.train(params, lib.DMatrix(X, label=y), num_boost_round=rounds)
+        return booster.predict(lib.DMatrix(X_new), output_margin=True)
+    if name == "lightgbm":
+        params = {"objective": "binary", "num_leaves": 7, "num_threads": 1, "min_data_in_leaf": 0,
+                  "min_sum_hessian_in_leaf": 1.0, "boost_from_average": False, "verbosity": -1}
+        return lib.train(params, lib.Dataset(X, label=y), num_boost_round=rounds).predict(X_new, raw_score=True)
+    model = lib.CatBoost({"loss_function": "Logloss", "iterations": rounds, "depth": 3, "thread_count": 1,
+                          "learning_rate": 0.03, "random_strength": 0, "bootstrap_type": "No",
+                          "boosting_type": "Plain", "boost_from_average": False, "logging_level": "Silent",
+                          "allow_writing_files": False})
+    model.fit(lib.Pool(X, label=y))
+    return model.predict(X_new, prediction_type="RawFormulaVal")
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_missing_values_are_the_librarys_missing_values(name):
+    """NaN reaches the library as its missing value: budro's rounds equal the library's own
+    training on the same matrix (no categorical columns), at training and at new rows."""
+    X, y = mixed_data(missing=0.3)
+    backend = registry.create("backend", name, **BACKENDS[name])
+    backend.start(X, y, 2)
+    for _ in range(3):
+        backend.step(empirical(y, 2))
+    X_new = new_rows(2)
+    X_new[:, 1] = np.nan
+    np.testing.assert_allclose(backend.predict_margin(X_new), _library_margins(name, X, y, 4, X_new), rtol=0, atol=1e-6)
+    assert np.isnan(X).any() and np.isnan(X_new).any()
+
+
+def test_lightgbm_categorical_step_equals_one_round_on_explicit_D0():
+    """With budro's default max_cat_to_onehot (every categorical split one-vs-rest) a step on the
+    n rows is the round on the 2n rows of D0; LightGBM's many-vs-many search (its default
+    max_cat_to_onehot=4) counts rows, which D0 has twice as many of, and grows another tree."""
+    lgb = pytest.importorskip("lightgbm")
+    X, _ = mixed_data(n=2000)
+    n = len(X)
+    rng = np.random.default_rng(1)
+    X[:, 1] = rng.integers(0, 40, n)
+    y = (rng.normal(size=40)[X[:, 1].astype(int)] * 2 + rng.normal(size=n) > 0).astype(int)
+    differences = {}
+    for label, extra in (("budro", {}), ("lightgbm", {"max_cat_to_onehot": 4})):
+        backend = registry.create("backend", "lightgbm", num_leaves=15, num_threads=1, **extra)
+        backend.start(X, y, 2, categorical_features=CATS)
+        backend.step(random_weights(n, 2, seed=4))
+        before = backend.margins()
+        P = random_weights(n, 2, seed=5)
+        backend.step(P)
+        new_tree = backend.margins() - before
+        params = {**backend.params, "objective": "binary", "boost_from_average": False, "metric": "None"}
+        reference = lgb.Dataset(X, label=y, params=params, categorical_feature=list(CATS))
+        D0 = lgb.Dataset(np.tile(X, (2, 1)), label=np.repeat([0, 1], n), weight=P.T.ravel() * n,
+                         init_score=np.tile(before, 2), reference=reference, categorical_feature=list(CATS))
+        ref = lgb.train(params, D0, num_boost_round=1)
+        differences[label] = np.abs(new_tree - ref.predict(X, raw_score=True)).max()
+        assert np.ptp(new_tree) > 1e-2
+    assert differences["budro"] < 1e-6, differences
+    assert differences["lightgbm"] > 1e-3, differences  # the default matters
+
+
+def test_xgboost_categorical_step_equals_one_round_on_explicit_D0():
+    xgb = pytest.importorskip("xgboost")
+    X, y = mixed_data(n=400)
+    n = len(y)
+    X[:, 0] = np.round(X[:, 0], 1)  # few distinct values: the same bins for n and 2n rows
+    X[:, 2] = np.round(X[:, 2], 1)
+    X[:, 4] = np.round(X[:, 4], 1)
+    backend = registry.create("backend", "xgboost", max_depth=4, nthread=1, max_cat_to_onehot=1)
+    backend.start(X, y, 2, categorical_features=CATS)
+    backend.step(random_weights(n, 2, seed=4))
+    before = backend.margins()
+    P = random_weights(n, 2, seed=5)
+    backend.step(P)
+    new_tree = backend.margins() - before
+    types = ["c" if c in CATS else "q" for c in range(5)]
+    D0 = xgb.DMatrix(np.tile(X, (2, 1)), label=np.repeat([0, 1], n), weight=P.T.ravel() * n,
+                     base_margin=np.tile(before, 2), feature_types=types, enable_categorical=True)
+    params = {**backend.params, "objective": "binary:logistic"}
+    ref = xgb.train(params, D0, num_boost_round=1)
+    tree = ref.predict(xgb.DMatrix(X, base_margin=np.zeros(n), feature_types=types, enable_categorical=True),
+                       output_margin=True)
+    np.testing.assert_allclose(new_tree, tree, rtol=0, atol=1e-5)
+    assert np.ptp(new_tree) > 1e-2
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_a_category_whose_rows_carry_no_weight(name):
+    """Rows of one category weighted zero in a round (BuDRO's adversary may do so): the round is
+    finite and reproducible."""
+    X, y = mixed_data()
+    runs = []
+    for _ in range(2):
+        backend = trained(name, 2, rounds=1, X=X, y=y, categorical_features=CATS)
+        P = random_weights(len(y), 2, seed=6)
+        P[X[:, 1] == 4] = 0.0
+        backend.step(P / P.sum())
+        runs.append(backend.margins())
+    assert np.isfinite(runs[0]).all()
+    np.testing.assert_array_equal(runs[0], runs[1])

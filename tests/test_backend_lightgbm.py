@@ -405,10 +405,19 @@ def test_bad_weights(started, weights, match):
 def test_bad_training_data():
     X, y = make_data(n=50)
     backend = LightGBMBackend(num_threads=1)
-    X_nan = X.copy()
-    X_nan[3, 1] = np.nan
-    with pytest.raises(ValidationError, match="X must be finite"):
-        backend.start(X_nan, y, 2)
+    X_inf = X.copy()
+    X_inf[3, 1] = np.inf  # NaN is a missing value; inf is an error
+    with pytest.raises(ValidationError, match="X must not hold infinite values"):
+        backend.start(X_inf, y, 2)
+    codes = np.column_stack([X, np.arange(len(y)) % 3])
+    codes[5, -1] = -2.0
+    with pytest.raises(ValidationError, match=r"column 5 is categorical.*found -2\.0"):
+        backend.start(codes, y, 2, categorical_features=[5])
+    codes[5, -1] = 1.5
+    with pytest.raises(ValidationError, match=r"column 5 is categorical.*found 1\.5"):
+        backend.start(codes, y, 2, categorical_features=[5])
+    with pytest.raises(ValidationError, match="categorical_features must hold column indices"):
+        backend.start(X, y, 2, categorical_features=[X.shape[1]])
     with pytest.raises(ValidationError, match="y must have shape"):
         backend.start(X, y[:-1], 2)
     with pytest.raises(ValidationError, match=r"y must hold integer labels in \[0, 2\)"):

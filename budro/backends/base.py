@@ -33,6 +33,16 @@ class Backend(abc.ABC):
 
     ``weights`` is an (n, K) array, non-negative, summing to 1.  Implementations keep the
     training margins current without re-predicting from scratch where the library allows.
+
+    Inputs ``X`` are float64 arrays (n, d).  A backend whose plugin record declares the
+    capability ``"missing-values"`` accepts NaN in any column as a missing value and routes it
+    the way its library does; infinite values are always an error.  One that declares
+    ``"native-categorical"`` accepts ``categorical_features`` in :meth:`start` and
+    :meth:`fit_native`: the listed columns hold non-negative integer category codes stored as
+    floats, NaN meaning missing or unseen (the caller maps categories never seen in training to
+    NaN); the backend remembers them, and :meth:`predict_margin` treats the same columns the
+    same way.  BuDRO passes ``categorical_features`` only when it is not empty, so a backend
+    without the capability need not accept the keyword.
     """
 
     #: Registered name (informational).
@@ -46,9 +56,12 @@ class Backend(abc.ABC):
     n_features_in_: int
 
     @abc.abstractmethod
-    def start(self, X: np.ndarray, y: np.ndarray, n_classes: int, *, random_state: int | None = None) -> None:
+    def start(self, X: np.ndarray, y: np.ndarray, n_classes: int, *, random_state: int | None = None,
+              categorical_features: tuple[int, ...] = ()) -> None:
         """Build the library's training structures for ``X`` (n, d) and labels ``y`` in [0, n_classes),
-        and train f_0: one plain round on the original data (every row weight 1/n)."""
+        and train f_0: one plain round on the original data (every row weight 1/n).
+
+        ``categorical_features``: columns of category codes (see the class docstring)."""
 
     @abc.abstractmethod
     def step(self, weights: np.ndarray) -> None:
@@ -68,14 +81,16 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
-                   *, random_state: int | None = None, sample_weight: np.ndarray | None = None) -> "Backend":
+                   *, random_state: int | None = None, sample_weight: np.ndarray | None = None,
+                   categorical_features: tuple[int, ...] = ()) -> "Backend":
         """A new backend holding the library's own multi-round training on (X, y) with the same
         parameters: plain boosting, the reference BuDRO is compared with.
 
         ``sample_weight`` (n,), optional: row weights (e.g. the reweighing baseline's).  They
         are a distribution over the rows, brought to the backend's weight scale as
         :func:`native_sample_weights` does (summing to n for ``"n"``, to 1 for ``"unit"``), so
-        that equal weights train exactly the unweighted model."""
+        that equal weights train exactly the unweighted model.  ``categorical_features``: as in
+        :meth:`start`."""
 
     @property
     @abc.abstractmethod

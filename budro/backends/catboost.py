@@ -65,17 +65,17 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
-from budro.backends._common import check_native_bytes, check_native_load_args
-from budro.backends.base import WEIGHT_SCALES, Backend, native_sample_weights
-from budro.backends.lightgbm import (
-    _check_n_rounds,
-    _check_seed,
-    _check_training_data,
-    _check_weights,
-    _check_X,
-    _resolve_params,
+from budro.backends._common import (
+    BuiltinBackend,
+    check_n_rounds,
+    check_native_bytes,
+    check_native_load_args,
+    check_seed,
+    check_training_data,
+    check_weights,
 )
-from budro.exceptions import BudroError, ConfigError, ValidationError
+from budro.backends.base import native_sample_weights
+from budro.exceptions import ConfigError, ValidationError
 
 __all__ = ["CatBoostBackend"]
 
@@ -149,8 +149,11 @@ RESERVED_PARAMS: dict[str, str] = {
     ),
     **dict.fromkeys(
         ["cat_features", "text_features", "embedding_features"],
-        "budro trains on numeric arrays; encode categorical features first",
+        "budro passes the categorical columns itself: give categorical_features to start()/fit_native() "
+        "(BuDROClassifier's categorical_features); text and embedding features are not supported",
     ),
+    "one_hot_max_size": "budro sets it above every categorical feature's number of categories: one-hot splits "
+    "only, because CatBoost's target statistics would be computed from the labels of budro's per-round pools",
     "baseline": "budro starts every model from margin 0",
 }
 
@@ -173,6 +176,10 @@ FIXED_PARAMS: dict[str, Any] = {
 
 #: The split scores whose CPU implementation divides by pool weights (the D0 weight sums).
 SCORE_FUNCTIONS = ("Cosine", "L2")
+#: Smallest ``one_hot_max_size`` budro sets when there are categorical features.
+_ONE_HOT_MAX_SIZE = 255
+#: A missing or unseen category code, as CatBoost sees it (CatBoost's categories are strings).
+_MISSING_CATEGORY = "NA"
 #: Parameters that decide how a Pool is quantized (handed to ``Pool.quantize`` as well).
 _QUANTIZE_PARAMS = ("border_count", "feature_border_type", "used_ram_limit", "random_seed")
 
@@ -186,7 +193,7 @@ def _cb():
     return catboost
 
 
-class CatBoostBackend(Backend):
+class CatBoostBackend(BuiltinBackend):
     """CatBoost booster backend for BuDRO.
 
     Parameters
@@ -259,43 +266,36 @@ class CatBoostBackend(Backend):
     name = "catboost"
     native_format = "catboost-cbm"
 
-    def __init__(self, weight_scale: str = "n", **params: Any) -> None:
-        if weight_scale not in WEIGHT_SCALES:
-            raise ConfigError(
-                f"CatBoostBackend: weight_scale must be one of {', '.join(map(repr, WEIGHT_SCALES))}; got {weight_scale!r}"
-            )
-        self.weight_scale = weight_scale
-        self._user_params = dict(params)
-        self._params = _resolve_params(
-            "CatBoostBackend", params, NATIVE_PARAMS, PARAM_ALIASES, RESERVED_PARAMS, DEFAULT_PARAMS
-        )
+    NATIVE_PARAMS = NATIVE_PARAMS
+    PARAM_ALIASES = PARAM_ALIASES
+    RESERVED_PARAMS = RESERVED_PARAMS
+    DEFAULT_PARAMS = DEFAULT_PARAMS
+
+    def _check_param_values(self) -> None:
         score = self._params.get("score_function", "Cosine")
         if score not in SCORE_FUNCTIONS:
             raise ConfigError(
                 f"CatBoostBackend: score_function must be one of {', '.join(map(repr, SCORE_FUNCTIONS))} "
                 f"(the scores whose leaf sums are those of D0); got {score!r}"
             )
+
+    def _reset(self) -> None:
         self._models: list[Any] = []  # one CatBoost model per round (one model after finish)
         self._combined = None  # sum of self._models, built on demand
         self._rounds = 0
         self._pool = None  # K = 2: the n rows, label = row index; K > 2: the K n rows of D0
-        self._X: np.ndarray | None = None  # K > 2 only: raw inputs, to predict each new tree
+        self._X: Any = None  # where each new tree is predicted: raw inputs, or a Pool with categories
         self._margins: np.ndarray | None = None
         self._n_train = 0
         self._seed = 0
         self._scale_pos_weight = 1.0
         self._round_params: dict[str, Any] = {}
 
-    # -- parameters ---------------------------------------------------------------------
-    @property
-    def params(self) -> dict[str, Any]:
-        """The CatBoost parameters of every round, by native name, defaults included (the loss,
-        ``iterations`` and the fixed settings are added per fit)."""
-        return dict(self._params)
+    def _is_training(self) -> bool:
+        return self._pool is not None
 
-    def __repr__(self) -> str:
-        args = [f"weight_scale={self.weight_scale!r}"] + [f"{k}={v!r}" for k, v in self._user_params.items()]
-        return f"{type(self).__name__}({', '.join(args)})"
+    def _has_model(self) -> bool:
+        return bool(self._models)
 
     def _native_params(self, n_classes: int, random_state: int | None) -> dict[str, Any]:
         params = {**self._params, **FIXED_PARAMS}
@@ -314,18 +314,20 @@ class CatBoostBackend(Backend):
                 )
             params.update(loss_function="MultiClass", classes_count=n_classes)
         if random_state is not None:
-            params["random_seed"] = _check_seed(random_state, upper=2**31)
+            params["random_seed"] = check_seed(random_state, upper=2**31)
         return params
 
     # -- training -----------------------------------------------------------------------
-    def start(self, X: np.ndarray, y: np.ndarray, n_classes: int, *, random_state: int | None = None) -> None:
+    def start(self, X: np.ndarray, y: np.ndarray, n_classes: int, *, random_state: int | None = None,
+              categorical_features: tuple[int, ...] = ()) -> None:
         """Quantize ``X`` once into a CatBoost ``Pool`` and train f_0, CatBoost's own first
         iteration on ``(X, y)``.
 
         Parameters
         ----------
         X : array of shape (n, d)
-            Finite training inputs.
+            Training inputs; NaN marks a missing value (CatBoost's ``nan_mode`` ``"Min"``: below
+            every value), infinite values are rejected.
         y : array of shape (n,)
             Integer labels in ``[0, n_classes)``, each of which must occur (CatBoost's
             ``Logloss`` rejects a single label, and ``MultiClass`` gives an absent class the
@@ -335,30 +337,39 @@ class CatBoostBackend(Backend):
         random_state : int, optional
             Seed of CatBoost's randomness for this fit (round ``t`` uses ``random_state + t``);
             overrides the ``random_seed`` parameter when given.
+        categorical_features : sequence of int, default=()
+            Columns holding non-negative integer category codes (NaN: missing or unseen).
+            CatBoost receives them as categorical features (strings; NaN becomes the category
+            ``"NA"``) with one-hot splits only (see the module docstring).  Predictions treat
+            the same columns the same way.
         """
         cb = _cb()
-        X, y, n_classes = _check_all_classes(*_check_training_data(X, y, n_classes))
+        X, y, n_classes, categorical = _check_all_classes(*check_training_data(X, y, n_classes, categorical_features))
         params = self._native_params(n_classes, random_state)
-        self._pool = self._X = self._margins = None
-        self._models, self._combined, self._rounds = [], None, 0
+        data = _with_categories(X, categorical, params)
+        self._reset()
         n = X.shape[0]
         self._n_train = n
-        self.n_classes_, self.n_features_in_ = n_classes, X.shape[1]
+        self.n_classes_, self.n_features_in_, self._categorical = n_classes, X.shape[1], categorical
         self._seed = int(params.get("random_seed", 0))
         quantize = {k: params[k] for k in _QUANTIZE_PARAMS if k in params}
+        cats = list(categorical) or None
 
         weight = native_sample_weights(None, n, self.weight_scale)
-        f0 = _fit(cb, dict(params, iterations=1), cb.Pool(X, label=y.astype(np.int64), weight=weight))
+        f0 = _fit(cb, dict(params, iterations=1), cb.Pool(data, label=y.astype(np.int64), weight=weight, cat_features=cats))
         self._add_round(f0)
-        self._margins = _raw(f0, X, n_classes)
+        # CatBoost cannot predict categorical features from a quantized pool: predict each new
+        # tree on an unquantized one (built once) then.
+        self._X = cb.Pool(data, cat_features=cats) if categorical else X
+        self._margins = _raw(f0, self._X, n_classes)
         if n_classes == 2:
-            self._pool = cb.Pool(X, label=np.arange(n, dtype=np.float64))
+            self._pool = cb.Pool(data, label=np.arange(n, dtype=np.float64), cat_features=cats)
             self._scale_pos_weight = float(params.get("scale_pos_weight", 1.0))
         else:
             self._pool = cb.Pool(
-                np.tile(X, (n_classes, 1)), label=np.repeat(np.arange(n_classes), n), weight=np.ones(n_classes * n)
+                np.tile(data, (n_classes, 1)), label=np.repeat(np.arange(n_classes), n), weight=np.ones(n_classes * n),
+                cat_features=cats,
             )
-            self._X = X
         self._pool.quantize(**quantize)
         self._round_params = params
 
@@ -371,7 +382,7 @@ class CatBoostBackend(Backend):
             Finite, non-negative, summing to 1 (within 1e-5): the distribution ``P(x_i, k)``.
         """
         self._require_training("step")
-        P = _check_weights(weights, (self._n_train, self.n_classes_))
+        P = check_weights(weights, (self._n_train, self.n_classes_))
         if self.weight_scale == "n":
             P = P * self._n_train
         cb = _cb()
@@ -385,7 +396,8 @@ class CatBoostBackend(Backend):
             params.pop("boost_from_average", None)
             params.update(loss_function=_BinaryD0Objective(a, b, self._margins), eval_metric=_NoMetric())
             model = _fit(cb, params, self._pool)
-            self._margins = self._margins + model.predict(self._pool, prediction_type="RawFormulaVal")
+            where = self._X if self._categorical else self._pool
+            self._margins = self._margins + model.predict(where, prediction_type="RawFormulaVal")
         else:
             K = self.n_classes_
             self._pool.set_weight(P.T.ravel())
@@ -414,8 +426,8 @@ class CatBoostBackend(Backend):
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
         """Raw margins of the current model at ``X``: (m,) for two classes, (m, K) otherwise."""
         self._require_model("predict_margin")
-        X = _check_X(X, "X", n_features=self.n_features_in_)
-        return _raw(self._sum(), X, self.n_classes_)
+        X = self._check_X(X)
+        return _raw(self._sum(), _with_categories(X, self._categorical), self.n_classes_)
 
     def save_model(self, path: str | os.PathLike) -> None:
         """Write the model in CatBoost's binary (``.cbm``) or JSON (``.json``) format;
@@ -429,26 +441,29 @@ class CatBoostBackend(Backend):
         self._sum().save_model(path, format=formats[suffix])
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
-                   *, random_state: int | None = None, sample_weight: np.ndarray | None = None) -> "CatBoostBackend":
+                   *, random_state: int | None = None, sample_weight: np.ndarray | None = None,
+                   categorical_features: tuple[int, ...] = ()) -> "CatBoostBackend":
         """Plain CatBoost training (one ``fit`` with ``Logloss`` or ``MultiClass``) for
         ``n_rounds`` iterations on ``(X, y)`` with the same parameters and weight scale.
 
         ``sample_weight`` (n,), optional: row weights, rescaled to sum to n (scale ``"n"``) or
         to 1 (``"unit"``); see :func:`budro.backends.base.native_sample_weights`.
+        ``categorical_features``: as in :meth:`start`.
 
         Returns a new, finished backend holding that model; without ``sample_weight`` and with
         the default (deterministic) parameters it equals :meth:`start` followed by
         ``n_rounds - 1`` steps with the empirical weights.
         """
         cb = _cb()
-        X, y, n_classes = _check_all_classes(*_check_training_data(X, y, n_classes))
-        n_rounds = _check_n_rounds(n_rounds)
+        X, y, n_classes, categorical = _check_all_classes(*check_training_data(X, y, n_classes, categorical_features))
+        n_rounds = check_n_rounds(n_rounds)
         params = self._native_params(n_classes, random_state)
         weight = native_sample_weights(sample_weight, X.shape[0], self.weight_scale)
-        model = _fit(cb, dict(params, iterations=n_rounds), cb.Pool(X, label=y.astype(np.int64), weight=weight))
-        other = type(self)(self.weight_scale, **self._user_params)
+        pool = cb.Pool(_with_categories(X, categorical, params), label=y.astype(np.int64), weight=weight,
+                       cat_features=list(categorical) or None)
+        model = _fit(cb, dict(params, iterations=n_rounds), pool)
+        other = self._new_finished(n_classes, X.shape[1], categorical)
         other._models, other._rounds = [model], n_rounds
-        other.n_classes_, other.n_features_in_ = n_classes, X.shape[1]
         return other
 
     def to_native_bytes(self) -> bytes:
@@ -485,9 +500,15 @@ class CatBoostBackend(Backend):
             raise ValidationError(
                 f"the data is not a valid CatBoost model for {n_classes} classes: it has {outputs} output(s)"
             )
-        self._models, self._combined, self._rounds = [model], None, int(model.tree_count_)
-        self._pool = self._X = self._margins = None
-        self.n_classes_, self.n_features_in_ = n_classes, n_features
+        stored = tuple(sorted(int(i) for i in model.get_cat_feature_indices()))
+        if stored != categorical:
+            raise ValidationError(
+                f"the data is not a valid CatBoost model for categorical_features={categorical}: "
+                f"its categorical features are {stored}"
+            )
+        self._reset()
+        self._models, self._rounds = [model], int(model.tree_count_)
+        self.n_classes_, self.n_features_in_, self._categorical = n_classes, n_features, categorical
 
     @property
     def n_rounds(self) -> int:
@@ -521,18 +542,6 @@ class CatBoostBackend(Backend):
         if self._combined is None:
             self._combined = self._models[0] if len(self._models) == 1 else _cb().sum_models(self._models)
         return self._combined
-
-    def _require_model(self, what: str) -> None:
-        if not self._models:
-            raise BudroError(f"{type(self).__name__}.{what}: no model yet; call start(X, y, n_classes) or fit_native first")
-
-    def _require_training(self, what: str) -> None:
-        self._require_model(what)
-        if self._pool is None:
-            raise BudroError(
-                f"{type(self).__name__}.{what}: the training data were released (finish(), pickling or "
-                "fit_native); call start(X, y, n_classes) to train again"
-            )
 
 
 class _BinaryD0Objective:
@@ -589,13 +598,35 @@ class _NoMetric:
         return 0.0
 
 
-def _check_all_classes(X: np.ndarray, y: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _check_all_classes(X: np.ndarray, y: np.ndarray, n_classes: int, categorical: tuple[int, ...]):
     missing = sorted(set(range(n_classes)) - set(np.unique(y).astype(int).tolist()))
     if missing:
         raise ValidationError(
             f"the CatBoost backend needs every class in [0, {n_classes}) to occur in y; missing: {missing}"
         )
-    return X, y, n_classes
+    return X, y, n_classes, categorical
+
+
+def _with_categories(X: np.ndarray, categorical: tuple[int, ...], params: dict[str, Any] | None = None):
+    """``X`` as CatBoost takes it: unchanged without categorical columns; otherwise an object array
+    whose categorical columns hold the codes as strings (``"3"``), NaN as ``"NA"``.
+
+    With ``params`` (training), ``params["one_hot_max_size"]`` is set to at least the number of
+    categories of every categorical column, so that CatBoost splits them one-hot only."""
+    if not categorical:
+        return X
+    data = X.astype(object)
+    most = 0
+    for c in categorical:
+        codes = X[:, c]
+        missing = np.isnan(codes)
+        text = np.where(missing, 0, codes).astype(np.int64).astype(str).astype(object)
+        text[missing] = _MISSING_CATEGORY
+        data[:, c] = text
+        most = max(most, np.unique(codes[~missing]).size + int(missing.any()))
+    if params is not None:
+        params["one_hot_max_size"] = max(_ONE_HOT_MAX_SIZE, most)
+    return data
 
 
 def _fit(cb, params: dict[str, Any], pool):

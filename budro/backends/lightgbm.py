@@ -50,17 +50,23 @@ LightGBM is imported when a backend is trained, not when this module is imported
 
 from __future__ import annotations
 
-import difflib
-import numbers
 import os
 from typing import Any, Callable
 
 import numpy as np
 from scipy.special import expit
 
-from budro.backends._common import check_native_bytes, check_native_load_args
-from budro.backends.base import WEIGHT_SCALES, Backend, native_sample_weights
-from budro.exceptions import BudroError, ConfigError, ValidationError
+from budro.backends._common import (
+    BuiltinBackend,
+    check_n_rounds,
+    check_native_bytes,
+    check_native_load_args,
+    check_seed,
+    check_training_data,
+    check_weights,
+)
+from budro.backends.base import native_sample_weights
+from budro.exceptions import BudroError, ValidationError
 
 __all__ = ["LightGBMBackend", "check_lightgbm_text"]
 
@@ -103,6 +109,12 @@ NATIVE_PARAMS: frozenset[str] = frozenset(
         "bin_construct_sample_cnt",
         "data_random_seed",
         "feature_pre_filter",
+        # categorical features (start(..., categorical_features=...))
+        "max_cat_to_onehot",
+        "max_cat_threshold",
+        "cat_l2",
+        "cat_smooth",
+        "min_data_per_group",
         # objective
         "scale_pos_weight",
     }
@@ -199,16 +211,20 @@ RESERVED_PARAMS: dict[str, str] = {
     **dict.fromkeys(["tree_learner", "tree", "tree_type", "tree_learner_type"], "budro trains with the serial tree learner"),
     **dict.fromkeys(
         ["categorical_feature", "cat_feature", "categorical_column", "cat_column", "categorical_features"],
-        "budro trains on numeric arrays; encode categorical features first",
+        "budro passes the categorical columns itself: give categorical_features to start()/fit_native() "
+        "(BuDROClassifier's categorical_features)",
     ),
     "init_score": "budro starts every model from margin 0",
 }
 
 #: Defaults that differ from LightGBM's own (see :class:`LightGBMBackend`).
-DEFAULT_PARAMS: dict[str, Any] = {"min_data_in_leaf": 0, "min_sum_hessian_in_leaf": 1.0, "verbosity": -1}
-
-#: How far the per-round weights may sum away from 1.
-_WEIGHT_SUM_TOL = 1e-5
+DEFAULT_PARAMS: dict[str, Any] = {
+    "min_data_in_leaf": 0,
+    "min_sum_hessian_in_leaf": 1.0,
+    "verbosity": -1,
+    # categorical features: one-vs-rest splits only (LightGBM's many-vs-many search counts rows)
+    "max_cat_to_onehot": 2**31 - 1,
+}
 
 
 def _lgb():
@@ -220,7 +236,7 @@ def _lgb():
     return lightgbm
 
 
-class LightGBMBackend(Backend):
+class LightGBMBackend(BuiltinBackend):
     """LightGBM booster backend for BuDRO.
 
     Parameters
@@ -304,32 +320,23 @@ class LightGBMBackend(Backend):
     name = "lightgbm"
     native_format = "lightgbm-text"
 
-    def __init__(self, weight_scale: str = "n", **params: Any) -> None:
-        if weight_scale not in WEIGHT_SCALES:
-            raise ConfigError(
-                f"LightGBMBackend: weight_scale must be one of {', '.join(map(repr, WEIGHT_SCALES))}; got {weight_scale!r}"
-            )
-        self.weight_scale = weight_scale
-        self._user_params = dict(params)
-        self._params = _resolve_params(
-            "LightGBMBackend", params, NATIVE_PARAMS, PARAM_ALIASES, RESERVED_PARAMS, DEFAULT_PARAMS
-        )
+    NATIVE_PARAMS = NATIVE_PARAMS
+    PARAM_ALIASES = PARAM_ALIASES
+    RESERVED_PARAMS = RESERVED_PARAMS
+    DEFAULT_PARAMS = DEFAULT_PARAMS
+
+    def _reset(self) -> None:
         self._booster = None
         self._dataset = None
         self._margins: np.ndarray | None = None
         self._n_train = 0
         self._scale_pos_weight = 1.0
 
-    # -- parameters ---------------------------------------------------------------------
-    @property
-    def params(self) -> dict[str, Any]:
-        """The LightGBM parameters of every round, by native name, defaults included
-        (``objective``, ``num_class``, ``boost_from_average`` and ``metric`` are added per fit)."""
-        return dict(self._params)
+    def _is_training(self) -> bool:
+        return self._dataset is not None
 
-    def __repr__(self) -> str:
-        args = [f"weight_scale={self.weight_scale!r}"] + [f"{k}={v!r}" for k, v in self._user_params.items()]
-        return f"{type(self).__name__}({', '.join(args)})"
+    def _has_model(self) -> bool:
+        return self._booster is not None
 
     def _train_params(self, n_classes: int, random_state: int | None, *, native: bool) -> dict[str, Any]:
         params = dict(self._params)
@@ -346,17 +353,19 @@ class LightGBMBackend(Backend):
         if n_classes > 2:
             params["num_class"] = n_classes
         if random_state is not None:
-            params["seed"] = _check_seed(random_state, upper=2**31)
+            params["seed"] = check_seed(random_state, upper=2**31)
         return params
 
     # -- training -----------------------------------------------------------------------
-    def start(self, X: np.ndarray, y: np.ndarray, n_classes: int, *, random_state: int | None = None) -> None:
+    def start(self, X: np.ndarray, y: np.ndarray, n_classes: int, *, random_state: int | None = None,
+              categorical_features: tuple[int, ...] = ()) -> None:
         """Bin ``X`` once into a LightGBM ``Dataset`` and train f_0, one plain round on ``(X, y)``.
 
         Parameters
         ----------
         X : array of shape (n, d)
-            Finite training inputs.
+            Training inputs; NaN marks a missing value (LightGBM sends it to the side of each
+            split that its training chose), infinite values are rejected.
         y : array of shape (n,)
             Integer labels in ``[0, n_classes)``.
         n_classes : int
@@ -364,16 +373,21 @@ class LightGBMBackend(Backend):
         random_state : int, optional
             Seed of LightGBM's sampling (bagging, feature fraction, extra trees) for this fit;
             overrides the ``seed`` parameter when given.
+        categorical_features : sequence of int, default=()
+            Columns holding non-negative integer category codes (NaN: missing or unseen), split
+            by LightGBM's native categorical splits (``categorical_feature`` of the
+            ``Dataset``); see the class notes for the parameters involved.  Predictions treat
+            the same columns the same way.
         """
         lgb = _lgb()
-        X, y, n_classes = _check_training_data(X, y, n_classes)
+        X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
         params = self._train_params(n_classes, random_state, native=False)
         self._booster = self._dataset = self._margins = None
         n = X.shape[0]
-        dataset = lgb.Dataset(X, label=y, params=params, free_raw_data=True)
+        dataset = _dataset(lgb, X, categorical, params, label=y)
         booster = lgb.Booster(params=params, train_set=dataset)
         self._booster, self._dataset, self._n_train = booster, dataset, n
-        self.n_classes_, self.n_features_in_ = n_classes, X.shape[1]
+        self.n_classes_, self.n_features_in_, self._categorical = n_classes, X.shape[1], categorical
         self._scale_pos_weight = float(params.get("scale_pos_weight", 1.0))
         empirical = np.zeros((n, n_classes))
         empirical[np.arange(n), y.astype(np.intp)] = 1.0 / n
@@ -388,7 +402,7 @@ class LightGBMBackend(Backend):
             Finite, non-negative, summing to 1 (within 1e-5): the distribution ``P(x_i, k)``.
         """
         self._require_training("step")
-        self._boost(_check_weights(weights, (self._n_train, self.n_classes_)))
+        self._boost(check_weights(weights, (self._n_train, self.n_classes_)))
 
     def _boost(self, P: np.ndarray) -> None:
         scale = float(self._n_train) if self.weight_scale == "n" else 1.0
@@ -424,7 +438,7 @@ class LightGBMBackend(Backend):
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
         """Raw margins of the current model at ``X``: (m,) for two classes, (m, K) otherwise."""
         self._require_model("predict_margin")
-        X = _check_X(X, "X", n_features=self.n_features_in_)
+        X = self._check_X(X)
         m = np.asarray(self._booster.predict(X, raw_score=True), dtype=np.float64)
         return m.reshape(X.shape[0]) if self.n_classes_ == 2 else m.reshape(X.shape[0], -1)
 
@@ -437,28 +451,29 @@ class LightGBMBackend(Backend):
             fh.write(self._model_string())
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
-                   *, random_state: int | None = None, sample_weight: np.ndarray | None = None) -> "LightGBMBackend":
+                   *, random_state: int | None = None, sample_weight: np.ndarray | None = None,
+                   categorical_features: tuple[int, ...] = ()) -> "LightGBMBackend":
         """Plain LightGBM training (``lightgbm.train`` with the built-in ``binary`` or
         ``multiclass`` objective) for ``n_rounds`` rounds on ``(X, y)`` with the same parameters
         and weight scale (row weight 1, resp. ``1/n``).
 
         ``sample_weight`` (n,), optional: row weights, rescaled to sum to n (scale ``"n"``) or
         to 1 (``"unit"``); see :func:`budro.backends.base.native_sample_weights`.
+        ``categorical_features``: as in :meth:`start`.
 
         Returns a new, finished backend holding that booster; without ``sample_weight`` it
         equals :meth:`start` followed by ``n_rounds - 1`` steps with the empirical weights (see
         the class notes for ``feature_fraction``).
         """
         lgb = _lgb()
-        X, y, n_classes = _check_training_data(X, y, n_classes)
-        n_rounds = _check_n_rounds(n_rounds)
+        X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
+        n_rounds = check_n_rounds(n_rounds)
         params = self._train_params(n_classes, random_state, native=True)
         weight = native_sample_weights(sample_weight, X.shape[0], self.weight_scale)
-        dataset = lgb.Dataset(X, label=y, weight=weight, params=params, free_raw_data=True)
+        dataset = _dataset(lgb, X, categorical, params, label=y, weight=weight)
         booster = lgb.train(params, dataset, num_boost_round=n_rounds)
-        other = type(self)(self.weight_scale, **self._user_params)
+        other = self._new_finished(n_classes, X.shape[1], categorical)
         other._booster = booster
-        other.n_classes_, other.n_features_in_ = n_classes, X.shape[1]
         return other
 
     def to_native_bytes(self) -> bytes:
@@ -496,8 +511,14 @@ class LightGBMBackend(Backend):
                 f"the data is not a valid LightGBM model for {n_classes} classes: it has "
                 f"{booster.num_model_per_iteration()} tree(s) per round"
             )
+        stored = _categorical_of(text)
+        if stored != categorical:
+            raise ValidationError(
+                f"the data is not a valid LightGBM model for categorical_features={categorical}: "
+                f"its categorical features are {stored}"
+            )
         self._booster, self._dataset, self._margins = booster, None, None
-        self.n_classes_, self.n_features_in_ = n_classes, n_features
+        self.n_classes_, self.n_features_in_, self._categorical = n_classes, n_features, categorical
 
     @property
     def n_rounds(self) -> int:
@@ -531,18 +552,6 @@ class LightGBMBackend(Backend):
             return text
         objective = "binary sigmoid:1" if self.n_classes_ == 2 else f"multiclass num_class:{self.n_classes_}"
         return _with_objective_line(text, objective)
-
-    def _require_model(self, what: str) -> None:
-        if self._booster is None:
-            raise BudroError(f"{type(self).__name__}.{what}: no model yet; call start(X, y, n_classes) or fit_native first")
-
-    def _require_training(self, what: str) -> None:
-        self._require_model(what)
-        if self._dataset is None:
-            raise BudroError(
-                f"{type(self).__name__}.{what}: the training data were released (finish(), pickling or "
-                "fit_native); call start(X, y, n_classes) to train again"
-            )
 
 
 def _d0_objective(P: np.ndarray, n_classes: int, scale_pos_weight: float) -> Callable:
@@ -712,91 +721,19 @@ def _check_lgb_tree(block: str, t: int, n_feat: int) -> None:
             raise ValidationError(f"{_NOT_LGB}: {where}, node {node}: category set {cat_index[bad[0]]!r} is not in [0, {n_cat})")
 
 
-# -- shared checks (also used by budro.backends.catboost) ----------------------------------
+def _dataset(lgb, X: np.ndarray, categorical: tuple[int, ...], params: dict[str, Any], **fields: Any):
+    """A LightGBM ``Dataset`` of ``X``: NaN missing, the ``categorical`` columns categorical features."""
+    return lgb.Dataset(X, params=params, free_raw_data=True,
+                       categorical_feature=list(categorical) if categorical else "auto", **fields)
 
 
-def _resolve_params(owner: str, params: dict[str, Any], native: frozenset[str], aliases: dict[str, str],
-                    reserved: dict[str, str], defaults: dict[str, Any]) -> dict[str, Any]:
-    """Map aliases to native names, reject unknown and budro-controlled names, add defaults."""
-    resolved: dict[str, Any] = {}
-    given_as: dict[str, str] = {}
-    for key, value in params.items():
-        if key in reserved:
-            raise ConfigError(f"{owner}: parameter {key!r} cannot be set: {reserved[key]}")
-        name = aliases.get(key, key)
-        if name not in native:
-            close = difflib.get_close_matches(key, sorted(native) + ["weight_scale"], n=1) or difflib.get_close_matches(
-                key, sorted(aliases), n=1
-            )
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(
-                f"{owner}: unknown parameter {key!r}{hint}; accepted: weight_scale, {', '.join(sorted(native))} "
-                f"and the aliases {', '.join(sorted(aliases))}"
-            )
-        if name in resolved:
-            raise ConfigError(f"{owner}: parameters {given_as[name]!r} and {key!r} set the same parameter {name!r}")
-        resolved[name], given_as[name] = value, key
-    return {**defaults, **resolved}
-
-
-def _check_seed(seed: Any, *, upper: int) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < upper:
-        raise ValidationError(f"random_state must be an integer in [0, {upper}) or None, got {seed!r}")
-    return int(seed)
-
-
-def _check_n_rounds(n_rounds: Any) -> int:
-    if isinstance(n_rounds, bool) or not isinstance(n_rounds, numbers.Integral) or n_rounds < 1:
-        raise ValidationError(f"n_rounds must be an integer >= 1, got {n_rounds!r}")
-    return int(n_rounds)
-
-
-def _check_X(X: Any, name: str, *, n_features: int | None = None) -> np.ndarray:
-    try:
-        arr = np.asarray(X)
-        if arr.dtype.kind not in "fiub":
-            raise TypeError
-        arr = np.ascontiguousarray(arr, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValidationError(f"{name} must be a numeric 2-D array, got {type(X).__name__}") from None
-    if arr.ndim != 2:
-        raise ValidationError(f"{name} must be 2-D (n_samples, n_features), got shape {arr.shape}")
-    if arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise ValidationError(f"{name} must have at least one row and one column, got shape {arr.shape}")
-    if n_features is not None and arr.shape[1] != n_features:
-        raise ValidationError(f"{name} has {arr.shape[1]} features, the model was trained with {n_features}")
-    if not np.isfinite(arr).all():
-        raise ValidationError(f"{name} must be finite (found NaN or inf)")
-    return arr
-
-
-def _check_training_data(X: Any, y: Any, n_classes: Any) -> tuple[np.ndarray, np.ndarray, int]:
-    X = _check_X(X, "X")
-    if isinstance(n_classes, bool) or not isinstance(n_classes, numbers.Integral) or n_classes < 2:
-        raise ValidationError(f"n_classes must be an integer >= 2, got {n_classes!r}")
-    try:
-        y_arr = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValidationError(f"y must be an array of integer labels, got {type(y).__name__}") from None
-    if y_arr.shape != (X.shape[0],):
-        raise ValidationError(f"y must have shape (n,) = ({X.shape[0]},) to match X, got {y_arr.shape}")
-    if not np.isfinite(y_arr).all() or (y_arr != np.round(y_arr)).any() or (y_arr < 0).any() or (y_arr >= n_classes).any():
-        raise ValidationError(f"y must hold integer labels in [0, {int(n_classes)})")
-    return X, y_arr, int(n_classes)
-
-
-def _check_weights(weights: Any, shape: tuple[int, int]) -> np.ndarray:
-    try:
-        P = np.asarray(weights, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValidationError(f"weights must be a numeric array of shape {shape}, got {type(weights).__name__}") from None
-    if P.shape != shape:
-        raise ValidationError(f"weights must have shape (n, n_classes) = {shape}, got {P.shape}")
-    if not np.isfinite(P).all():
-        raise ValidationError("weights must be finite (found NaN or inf)")
-    if (P < 0).any():
-        raise ValidationError(f"weights must be non-negative (min {P.min():.3g})")
-    total = float(P.sum())
-    if abs(total - 1.0) > _WEIGHT_SUM_TOL:
-        raise ValidationError(f"weights must sum to 1 (a distribution over (x_i, k)); they sum to {total:.9g}")
-    return P
+def _categorical_of(text: str) -> tuple[int, ...]:
+    """The categorical features of a model text: LightGBM's ``feature_infos`` header gives a
+    numeric feature as ``[min:max]`` (or ``none``), a categorical one as its categories ``a:b:c``."""
+    for line in text.split("\n"):
+        if line.startswith("feature_infos="):
+            infos = line[len("feature_infos="):].split()
+            return tuple(i for i, info in enumerate(infos) if not info.startswith("[") and info != "none")
+        if not line:
+            break
+    return ()

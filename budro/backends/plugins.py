@@ -18,7 +18,7 @@ def budro_backends():
         name="xgboost",
         factory=XGBoostBackend,
         description="XGBoost, one tree per round on the collapsed D0 (exact), margins kept from its prediction cache.",
-        capabilities={"multiclass", "native-export"},
+        capabilities={"multiclass", "native-export", "missing-values", "native-categorical"},
     )
 
     from budro.backends.lightgbm import LightGBMBackend
@@ -28,7 +28,7 @@ def budro_backends():
         factory=LightGBMBackend,
         description="LightGBM, one round per step on the n rows with D0's weighted gradients (exact), "
         "margins from its training score.",
-        capabilities={"multiclass", "native-export"},
+        capabilities={"multiclass", "native-export", "missing-values", "native-categorical"},
     )
 
     from budro.backends.catboost import CatBoostBackend
@@ -38,5 +38,5 @@ def budro_backends():
         factory=CatBoostBackend,
         description="CatBoost, one one-iteration fit per step on a pool quantized once, summed (exact with "
         "deterministic settings; slow per round).",
-        capabilities={"multiclass", "native-export"},
+        capabilities={"multiclass", "native-export", "missing-values", "native-categorical"},
     )

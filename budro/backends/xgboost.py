@@ -24,7 +24,6 @@ XGBoost is imported when a backend is created or trained, not when this module i
 
 from __future__ import annotations
 
-import difflib
 import json
 import numbers
 import os
@@ -32,9 +31,17 @@ from typing import Any
 
 import numpy as np
 
-from budro.backends._common import check_native_bytes, check_native_load_args
-from budro.backends.base import WEIGHT_SCALES, Backend, native_sample_weights
-from budro.exceptions import BudroError, ConfigError, ValidationError
+from budro.backends._common import (
+    BuiltinBackend,
+    check_n_rounds,
+    check_native_bytes,
+    check_native_load_args,
+    check_seed,
+    check_training_data,
+    check_weights,
+)
+from budro.backends.base import native_sample_weights
+from budro.exceptions import ConfigError, ValidationError
 
 __all__ = ["XGBoostBackend", "check_xgboost_json"]
 
@@ -70,6 +77,9 @@ NATIVE_PARAMS: frozenset[str] = frozenset(
         "interaction_constraints",
         "multi_strategy",
         "max_cached_hist_node",
+        # categorical features (start(..., categorical_features=...))
+        "max_cat_to_onehot",
+        "max_cat_threshold",
         # learning task
         "base_score",
         "seed",
@@ -104,8 +114,6 @@ DEFAULT_PARAMS: dict[str, Any] = {"base_score": 0.5, "tree_method": "hist", "nth
 
 #: XGBoost's lower bound on each softmax hessian entry (``multi:softprob``).
 _SOFTMAX_HESS_EPS = 1e-16
-#: How far the per-round weights may sum away from 1.
-_WEIGHT_SUM_TOL = 1e-5
 
 
 def _xgb():
@@ -117,7 +125,7 @@ def _xgb():
     return xgboost
 
 
-class XGBoostBackend(Backend):
+class XGBoostBackend(BuiltinBackend):
     """XGBoost booster backend for BuDRO.
 
     Parameters
@@ -193,30 +201,23 @@ class XGBoostBackend(Backend):
     name = "xgboost"
     native_format = "xgboost-json"
 
-    def __init__(self, weight_scale: str = "n", **params: Any) -> None:
-        if weight_scale not in WEIGHT_SCALES:
-            raise ConfigError(
-                f"XGBoostBackend: weight_scale must be one of {', '.join(map(repr, WEIGHT_SCALES))}; got {weight_scale!r}"
-            )
-        self.weight_scale = weight_scale
-        self._user_params = dict(params)
-        self._params = _resolve_params(params)
+    NATIVE_PARAMS = NATIVE_PARAMS
+    PARAM_ALIASES = PARAM_ALIASES
+    RESERVED_PARAMS = RESERVED_PARAMS
+    DEFAULT_PARAMS = DEFAULT_PARAMS
+
+    def _reset(self) -> None:
         self._booster = None
         self._dtrain = None
         self._margins: np.ndarray | None = None
         self._n_train = 0
         self._scale_pos_weight = 1.0
 
-    # -- parameters ---------------------------------------------------------------------
-    @property
-    def params(self) -> dict[str, Any]:
-        """The XGBoost parameters of every round, by native name, defaults included
-        (``objective`` and ``num_class`` are added per fit)."""
-        return dict(self._params)
+    def _is_training(self) -> bool:
+        return self._dtrain is not None
 
-    def __repr__(self) -> str:
-        args = [f"weight_scale={self.weight_scale!r}"] + [f"{k}={v!r}" for k, v in self._user_params.items()]
-        return f"{type(self).__name__}({', '.join(args)})"
+    def _has_model(self) -> bool:
+        return self._booster is not None
 
     def _train_params(self, n_classes: int, random_state: int | None) -> dict[str, Any]:
         params = dict(self._params)
@@ -235,17 +236,19 @@ class XGBoostBackend(Backend):
             params["objective"] = "multi:softprob"
             params["num_class"] = n_classes
         if random_state is not None:
-            params["seed"] = _check_seed(random_state)
+            params["seed"] = check_seed(random_state, upper=2**63)
         return params
 
     # -- training -----------------------------------------------------------------------
-    def start(self, X: np.ndarray, y: np.ndarray, n_classes: int, *, random_state: int | None = None) -> None:
+    def start(self, X: np.ndarray, y: np.ndarray, n_classes: int, *, random_state: int | None = None,
+              categorical_features: tuple[int, ...] = ()) -> None:
         """Build the training ``DMatrix`` for ``(X, y)`` and train f_0, one plain round.
 
         Parameters
         ----------
         X : array of shape (n, d)
-            Finite training inputs.
+            Training inputs; NaN marks a missing value (XGBoost learns a default direction
+            for it at every split), infinite values are rejected.
         y : array of shape (n,)
             Integer labels in ``[0, n_classes)``.
         n_classes : int
@@ -253,18 +256,23 @@ class XGBoostBackend(Backend):
         random_state : int, optional
             Seed of XGBoost's row and column sampling for this fit; overrides the ``seed``
             parameter when given.
+        categorical_features : sequence of int, default=()
+            Columns holding non-negative integer category codes (NaN: missing or unseen),
+            split by XGBoost's native categorical splits (``feature_types`` ``"c"``,
+            ``enable_categorical``; parameters ``max_cat_to_onehot``, ``max_cat_threshold``).
+            Predictions treat the same columns the same way.
         """
         xgb = _xgb()
-        X, y, n_classes = _check_training_data(X, y, n_classes)
+        X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
         params = self._train_params(n_classes, random_state)
         self.finish()
         self._booster = None
         n = X.shape[0]
-        dtrain = xgb.DMatrix(X, label=y, weight=self._empirical_row_weights(n), nthread=_dmatrix_threads(params))
+        dtrain = _dmatrix(xgb, X, categorical, params, label=y, weight=self._empirical_row_weights(n))
         booster = xgb.Booster(params, [dtrain])
         booster.update(dtrain, 0)
         self._booster, self._dtrain, self._n_train = booster, dtrain, n
-        self.n_classes_, self.n_features_in_ = n_classes, X.shape[1]
+        self.n_classes_, self.n_features_in_, self._categorical = n_classes, X.shape[1], categorical
         self._scale_pos_weight = float(params.get("scale_pos_weight", 1.0))
 
     def step(self, weights: np.ndarray) -> None:
@@ -276,7 +284,7 @@ class XGBoostBackend(Backend):
             Finite, non-negative, summing to 1 (within 1e-5): the distribution ``P(x_i, k)``.
         """
         self._require_training("step")
-        P = self._check_weights(weights)
+        P = check_weights(weights, (self._n_train, self.n_classes_))
         scale = float(self._n_train) if self.weight_scale == "n" else 1.0
         booster, dtrain, iteration = self._booster, self._dtrain, self._booster.num_boosted_rounds()
         if self.n_classes_ == 2:
@@ -326,8 +334,8 @@ class XGBoostBackend(Backend):
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
         """Raw margins of the current model at ``X``: (m,) for two classes, (m, K) otherwise."""
         self._require_model("predict_margin")
-        X = _check_X(X, "X", n_features=self.n_features_in_)
-        m = self._booster.inplace_predict(X, predict_type="margin")
+        X = self._check_X(X)
+        m = self._booster.inplace_predict(X, predict_type="margin", missing=np.nan)
         m = np.asarray(m, dtype=np.float64).reshape(X.shape[0], -1)
         return m[:, 0] if self.n_classes_ == 2 else m
 
@@ -341,27 +349,27 @@ class XGBoostBackend(Backend):
         self._booster.save_model(path)
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
-                   *, random_state: int | None = None, sample_weight: np.ndarray | None = None) -> "XGBoostBackend":
+                   *, random_state: int | None = None, sample_weight: np.ndarray | None = None,
+                   categorical_features: tuple[int, ...] = ()) -> "XGBoostBackend":
         """Plain XGBoost training (``xgboost.train``) for ``n_rounds`` rounds on ``(X, y)`` with
         the same parameters and weight scale (row weight 1, resp. ``1/n``).
 
         ``sample_weight`` (n,), optional: row weights, rescaled to sum to n (scale ``"n"``) or
         to 1 (``"unit"``); see :func:`budro.backends.base.native_sample_weights`.
+        ``categorical_features``: as in :meth:`start`.
 
         Returns a new, finished backend holding that booster; without ``sample_weight`` it equals
         :meth:`start` followed by ``n_rounds - 1`` steps with the empirical weights.
         """
         xgb = _xgb()
-        X, y, n_classes = _check_training_data(X, y, n_classes)
-        if isinstance(n_rounds, bool) or not isinstance(n_rounds, numbers.Integral) or n_rounds < 1:
-            raise ValidationError(f"n_rounds must be an integer >= 1, got {n_rounds!r}")
+        X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
+        n_rounds = check_n_rounds(n_rounds)
         params = self._train_params(n_classes, random_state)
         weight = native_sample_weights(sample_weight, X.shape[0], self.weight_scale)
-        dtrain = xgb.DMatrix(X, label=y, weight=weight, nthread=_dmatrix_threads(params))
-        booster = xgb.train(params, dtrain, num_boost_round=int(n_rounds))
-        other = type(self)(self.weight_scale, **self._user_params)
+        dtrain = _dmatrix(xgb, X, categorical, params, label=y, weight=weight)
+        booster = xgb.train(params, dtrain, num_boost_round=n_rounds)
+        other = self._new_finished(n_classes, X.shape[1], categorical)
         other._booster = booster
-        other.n_classes_, other.n_features_in_ = n_classes, X.shape[1]
         return other
 
     def to_native_bytes(self) -> bytes:
@@ -393,6 +401,13 @@ class XGBoostBackend(Backend):
             raise ValidationError(
                 f"the data is not a valid XGBoost model for {n_classes} classes: its num_class is {num_class}"
             )
+        types = learner.get("feature_types") or []
+        stored = tuple(i for i, t in enumerate(types) if t == "c")
+        if stored != categorical:
+            raise ValidationError(
+                f"the data is not a valid XGBoost model for categorical_features={categorical}: "
+                f"its categorical features are {stored}"
+            )
         booster = xgb.Booster()
         try:
             booster.load_model(bytearray(data))
@@ -402,7 +417,7 @@ class XGBoostBackend(Backend):
             booster.set_param({"nthread": self._params["nthread"]})
         self.finish()
         self._booster = booster
-        self.n_classes_, self.n_features_in_ = n_classes, n_features
+        self.n_classes_, self.n_features_in_, self._categorical = n_classes, n_features, categorical
 
     @property
     def n_rounds(self) -> int:
@@ -427,101 +442,21 @@ class XGBoostBackend(Backend):
         # Scale "n": weight 1 per row, i.e. no weights at all (exactly XGBoost's unweighted run).
         return None if self.weight_scale == "n" else np.full(n, 1.0 / n)
 
-    def _require_model(self, what: str) -> None:
-        if self._booster is None:
-            raise BudroError(f"{type(self).__name__}.{what}: no model yet; call start(X, y, n_classes) or fit_native first")
-
-    def _require_training(self, what: str) -> None:
-        self._require_model(what)
-        if self._dtrain is None:
-            raise BudroError(
-                f"{type(self).__name__}.{what}: the training data were released (finish(), pickling or "
-                "fit_native); call start(X, y, n_classes) to train again"
-            )
-
-    def _check_weights(self, weights: np.ndarray) -> np.ndarray:
-        shape = (self._n_train, self.n_classes_)
-        try:
-            P = np.asarray(weights, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValidationError(f"weights must be a numeric array of shape {shape}, got {type(weights).__name__}") from None
-        if P.shape != shape:
-            raise ValidationError(f"weights must have shape (n, n_classes) = {shape}, got {P.shape}")
-        if not np.isfinite(P).all():
-            raise ValidationError("weights must be finite (found NaN or inf)")
-        if (P < 0).any():
-            raise ValidationError(f"weights must be non-negative (min {P.min():.3g})")
-        total = float(P.sum())
-        if abs(total - 1.0) > _WEIGHT_SUM_TOL:
-            raise ValidationError(f"weights must sum to 1 (a distribution over (x_i, k)); they sum to {total:.9g}")
-        return P
-
-
-def _resolve_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Map aliases to native names, reject unknown and budro-controlled names, add defaults."""
-    resolved: dict[str, Any] = {}
-    given_as: dict[str, str] = {}
-    accepted = sorted(NATIVE_PARAMS | PARAM_ALIASES.keys())
-    for key, value in params.items():
-        if key in RESERVED_PARAMS:
-            raise ConfigError(f"XGBoostBackend: parameter {key!r} cannot be set: {RESERVED_PARAMS[key]}")
-        native = PARAM_ALIASES.get(key, key)
-        if native not in NATIVE_PARAMS:
-            close = difflib.get_close_matches(key, accepted + ["weight_scale"], n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(
-                f"XGBoostBackend: unknown parameter {key!r}{hint}; accepted: weight_scale, {', '.join(accepted)}"
-            )
-        if native in resolved:
-            raise ConfigError(f"XGBoostBackend: parameters {given_as[native]!r} and {key!r} set the same XGBoost parameter {native!r}")
-        resolved[native], given_as[native] = value, key
-    return {**DEFAULT_PARAMS, **resolved}
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) < 2**63:
-        raise ValidationError(f"random_state must be a non-negative integer or None, got {seed!r}")
-    return int(seed)
-
 
 def _dmatrix_threads(params: dict[str, Any]) -> int | None:
     nthread = params.get("nthread", 0)
     return int(nthread) if isinstance(nthread, numbers.Integral) and nthread > 0 else None
 
 
-def _check_X(X: Any, name: str, *, n_features: int | None = None) -> np.ndarray:
-    try:
-        arr = np.asarray(X)
-        if arr.dtype.kind not in "fiub":
-            raise TypeError
-        if arr.dtype.kind != "f":
-            arr = arr.astype(np.float64)
-    except (TypeError, ValueError):
-        raise ValidationError(f"{name} must be a numeric 2-D array, got {type(X).__name__}") from None
-    if arr.ndim != 2:
-        raise ValidationError(f"{name} must be 2-D (n_samples, n_features), got shape {arr.shape}")
-    if arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise ValidationError(f"{name} must have at least one row and one column, got shape {arr.shape}")
-    if n_features is not None and arr.shape[1] != n_features:
-        raise ValidationError(f"{name} has {arr.shape[1]} features, the model was trained with {n_features}")
-    if not np.isfinite(arr).all():
-        raise ValidationError(f"{name} must be finite (found NaN or inf)")
-    return arr
-
-
-def _check_training_data(X: Any, y: Any, n_classes: Any) -> tuple[np.ndarray, np.ndarray, int]:
-    X = _check_X(X, "X")
-    if isinstance(n_classes, bool) or not isinstance(n_classes, numbers.Integral) or n_classes < 2:
-        raise ValidationError(f"n_classes must be an integer >= 2, got {n_classes!r}")
-    try:
-        y_arr = np.asarray(y, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValidationError(f"y must be an array of integer labels, got {type(y).__name__}") from None
-    if y_arr.shape != (X.shape[0],):
-        raise ValidationError(f"y must have shape (n,) = ({X.shape[0]},) to match X, got {y_arr.shape}")
-    if not np.isfinite(y_arr).all() or (y_arr != np.round(y_arr)).any() or (y_arr < 0).any() or (y_arr >= n_classes).any():
-        raise ValidationError(f"y must hold integer labels in [0, {int(n_classes)})")
-    return X, y_arr, int(n_classes)
+def _dmatrix(xgb, X: np.ndarray, categorical: tuple[int, ...], params: dict[str, Any], **fields: Any):
+    """A ``DMatrix`` of ``X``: NaN missing, the ``categorical`` columns XGBoost categorical features."""
+    types = None
+    if categorical:
+        types = ["q"] * X.shape[1]
+        for c in categorical:
+            types[c] = "c"
+    return xgb.DMatrix(X, missing=np.nan, feature_types=types, enable_categorical=bool(categorical),
+                       nthread=_dmatrix_threads(params), **fields)
 
 
 # -- structural check of a JSON model ------------------------------------------------------
