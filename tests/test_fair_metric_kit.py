@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from budro import registry
+from budro.exceptions import ValidationError
 from budro.metrics import FairMetricLearner, FittedFairMetric, LinearMetric, ProtectedEuclidean
 from budro.metrics._validation import check_protected, check_X
 from budro.testing import check_fair_metric
@@ -198,10 +199,61 @@ class _Unpicklable(LinearMetric):
 
 
 class _BadRoundTrip(LinearMetric):
+    kind = "test-bad-round-trip"  # registered by the test_metric_classes fixture
+
     def to_dict(self):
         state = super().to_dict()
         state["transform_"] = (2.0 * self.transform_).tolist()
         return state
+
+
+class _ComesBackAsBase(LinearMetric):
+    """Writes its base class's kind: the dict reloads as a plain LinearMetric."""
+
+    kind = "linear"
+
+
+class _Scaled(LinearMetric):
+    """A subclass with extra fitted state of its own, saved and registered properly."""
+
+    kind = "test-scaled"
+    _state_attributes = LinearMetric._state_attributes + ("scale_", "note_")
+
+    def __init__(self, transform, *, scale=2.0, **kwargs):
+        super().__init__(np.asarray(transform) * scale, **kwargs)
+        self.scale_ = float(scale)
+        self.note_ = ("fitted", 3)
+
+    def _restore(self):
+        self.note_ = tuple(self.note_)
+
+
+class _DropsState(_Scaled):
+    """Has its own kind but adds fitted state that its _state_attributes do not list."""
+
+    kind = "test-drops-state"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.offset_ = np.ones(3)
+
+
+@pytest.fixture
+def test_metric_classes():
+    """The default registry with a plugin listing this module's metric classes (restored afterwards)."""
+    import budro
+    from budro.registry import Registry, use_registry
+
+    class Plugin:
+        @budro.hookimpl
+        def budro_fair_metrics(self):
+            yield budro.FairMetricPlugin(name="test-scaled", factory=Good, capabilities={"embedding"},
+                                         metric_classes=(_Scaled, _BadRoundTrip))
+
+    reg = Registry(entry_points=False)
+    reg.register(Plugin(), source="test-pkg")
+    with use_registry(reg):
+        yield reg
 
 
 class AsymmetricLearner(Good):
@@ -271,13 +323,14 @@ def _with_metric(cls):
     (_with_metric(_BadCost), "transport cost consistency"),
     (_with_metric(_Unpicklable), "persistence"),
     (_with_metric(_BadRoundTrip), "persistence"),
+    (_with_metric(_ComesBackAsBase), "persistence"),
     (MutatesInput(), "input not modified"),
     (OrderDependent(), "row-order invariance"),
     (AcceptsAnyColumn(), "error for a protected column out of range"),
     (AcceptsConstant(), "error for a constant protected attribute"),
     (UnclearNonNumeric(), "error for a non-numeric protected attribute"),
 ], ids=lambda v: v if isinstance(v, str) else type(v).__name__)
-def test_kit_fails_on_a_broken_metric(learner, prop):
+def test_kit_fails_on_a_broken_metric(learner, prop, test_metric_classes):
     with pytest.raises(AssertionError, match=f"fails '{prop}'"):
         check_fair_metric(learner, X, PROTECTED, y=Y)
 
@@ -285,3 +338,84 @@ def test_kit_fails_on_a_broken_metric(learner, prop):
 def test_the_good_reference_learner_passes():
     report = check_fair_metric(Good(), X, PROTECTED, y=Y)
     assert report["skipped"] == {}
+
+
+# ------------------------------------------------------------------------- to_dict / metric_from_dict
+
+
+def test_a_registered_subclass_round_trips_as_itself_with_its_state(test_metric_classes):
+    import json
+
+    from budro.metrics import metric_from_dict
+
+    metric = _Scaled(np.eye(3)[:, :2], scale=3.0, protected=(2,), protected_directions=np.eye(3)[[2]])
+    rebuilt = metric_from_dict(json.loads(json.dumps(metric.to_dict())))
+    assert type(rebuilt) is _Scaled
+    assert rebuilt.scale_ == 3.0 and rebuilt.note_ == ("fitted", 3)
+    np.testing.assert_array_equal(rebuilt.transform_, metric.transform_)
+    np.testing.assert_array_equal(rebuilt.pairwise(X[:5, :3]), metric.pairwise(X[:5, :3]))
+    assert type(_Scaled.from_dict(metric.to_dict())) is _Scaled
+    with pytest.raises(ValidationError, match="not a _Scaled"):
+        _Scaled.from_dict(LinearMetric(np.eye(3)).to_dict())
+    # the kit passes it (same class, same state, same distances)
+    learner = _with_metric(_Scaled)
+    assert "persistence" in check_fair_metric(learner, X, PROTECTED, y=Y)["checked"]
+
+
+def test_to_dict_refuses_what_would_not_come_back():
+    with pytest.raises(ValidationError, match="inherits kind 'linear'.*metric_classes"):
+        _Unpicklable(np.eye(3)).to_dict()
+    with pytest.raises(ValidationError, match="drop the fitted attribute.*offset_"):
+        _DropsState(np.eye(3)).to_dict()
+
+
+def test_metric_from_dict_imports_nothing_named_in_the_dict(test_metric_classes):
+    import sys
+
+    from budro.metrics import metric_from_dict
+
+    sys.modules.pop("this_module_must_not_be_imported", None)
+    with pytest.raises(ValidationError, match="unknown fair-metric kind 'this_module_must_not_be_imported.X'"):
+        metric_from_dict({"kind": "this_module_must_not_be_imported.X", "format": 1})
+    state = LinearMetric(np.eye(2)).to_dict()
+    state["transform_"]["dtype"] = "|O"
+    with pytest.raises(ValidationError, match="not numeric"):
+        metric_from_dict(state)
+
+
+def test_a_plugin_metric_class_cannot_take_a_builtin_kind():
+    import warnings
+
+    import budro
+    from budro.exceptions import PluginWarning
+    from budro.registry import Registry
+
+    class Impostor(LinearMetric):
+        kind = "subspace"
+
+    class Plugin:
+        @budro.hookimpl
+        def budro_fair_metrics(self):
+            yield budro.FairMetricPlugin(name="impostor", factory=Good, metric_classes=(Impostor,))
+
+    reg = Registry(entry_points=False)
+    reg.register(Plugin(), source="impostor-pkg")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert "impostor" not in reg.available("fair_metric")
+    (w,) = [w for w in caught if issubclass(w.category, PluginWarning)]
+    assert "impostor-pkg" in str(w.message) and "kind 'subspace'" in str(w.message)
+    assert reg.metric_class("subspace").__name__ == "SubspaceMetric"
+
+
+def test_the_example_plugin_metric_round_trips_when_installed():
+    pytest.importorskip("budro_weighted_features")
+    from budro_weighted_features import WeightedFeaturesMetric
+
+    from budro.metrics import metric_from_dict
+
+    metric = registry.create("fair_metric", "weighted-features", features=[2, 3], weights=[1.0, 4.0]).fit(X, PROTECTED)
+    rebuilt = metric_from_dict(metric.to_dict())
+    assert type(rebuilt) is WeightedFeaturesMetric
+    assert rebuilt.features_ == (2, 3) and np.array_equal(rebuilt.weights_, [1.0, 4.0])
+    np.testing.assert_array_equal(rebuilt.pairwise(X[:6]), metric.pairwise(X[:6]))
