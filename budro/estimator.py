@@ -188,6 +188,9 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
 
             bar = ProgressBar()
             callbacks += (bar,)
+        check_size = getattr(solver, "check_size", None)
+        if callable(check_size):  # an n x n problem too large for the solver is refused before any work
+            check_size(len(y_enc), sparse=self.n_neighbors is not None)
         # The fair metric is fitted here, so that the budget can be checked (and, with
         # eps_unit="nn", scaled) before the first round; BuDRO uses the fitted metric as it is.
         t0 = time.perf_counter()
