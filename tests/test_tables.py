@@ -252,6 +252,22 @@ def test_classifier_trains_on_a_raw_table_and_predicts_from_any_library():
         clf.predict(frame.assign(age="old"))
 
 
+@pytest.mark.parametrize("backend, params", [("xgboost", {"nthread": 1}), ("lightgbm", {"num_threads": 1}),
+                                             ("catboost", {"thread_count": 1})])
+def test_backends_get_category_codes_when_they_declare_it(backend, params):
+    from budro import registry
+
+    frame, y = people(100)
+    clf = BuDROClassifier(backend=backend, backend_params=params, eps=0.01, n_steps=3, random_state=0,
+                          protected=["sex"], fair_metric_params={"fit_linear_models": False}).fit(frame, y)
+    caps = registry.get("backend", backend).spec.capabilities
+    native = {"native-categorical", "missing-values"} <= caps
+    assert clf.table_.native_categorical_ == native and clf.table_.native_missing_ == ("missing-values" in caps)
+    assert clf.backend_.n_features_in_ == (6 if native else 11)  # one code column each, or 3 + 2 + 5 one-hot
+    p = clf.predict_proba(frame)
+    assert np.isfinite(p).all() and np.array_equal(clf.predict_proba(as_polars(frame)), p)
+
+
 def test_metric_sees_the_embedding_and_booster_the_raw_columns():
     frame, y = people(80)
     clf = _clf(protected=["race"]).fit(frame, y)
