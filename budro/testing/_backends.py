@@ -110,9 +110,15 @@ def check_backend(
     8. **finish() and pickling**: after ``finish()`` the backend predicts as before, and a
        pickled copy predicts the same with the same ``n_rounds`` and ``n_classes_``.
 
-    Checks 5 and 6 need a model that starts from equal class probabilities, so that f_0 on
-    balanced labels moves nothing; a backend that starts from an intercept (XGBoost with a
-    ``base_score`` other than 0.5, a boost-from-average) fails with a message saying so.
+    Before checks 5 and 6, **start from margin 0**: f_0 must be one round from margin 0 (equal
+    class probabilities), not from an intercept.  A fixed intercept (XGBoost with a
+    ``base_score`` other than 0.5) shows in the balanced start of checks 5 and 6; an intercept
+    fitted to the labels (XGBoost >= 2 without ``base_score``, a boost-from-average) is 0 on
+    balanced labels and is found by a probe: two points carrying the same label shares, three
+    share levels in equal steps, where one round from margin 0 is linear in the shares (the
+    gradients at margin 0 are, the hessians do not depend on the labels) and an intercept
+    (``log`` of the shares) is not.  Both fail with a message that says "starts from an
+    intercept".
     """
     K_values = [int(k) for k in n_classes]
     if not K_values or any(k < 2 for k in K_values):
@@ -126,6 +132,7 @@ def check_backend(
         _check_margins(backend, X, y, K, atol, ctx)
         X_new, _ = _make_data(40, n_features, K, random_state + 1)
         _check_proba(backend, X_new, K, ctx)
+        _check_no_intercept(backend_factory, K, atol, random_state, ctx)
         _check_zeroed_rows(backend_factory, n_samples // 3, n_features, K, atol, random_state, ctx)
         _check_spread_labels(backend_factory, n_samples // 3, n_features, K, atol, random_state, ctx)
         _check_export(backend, X_new, K, load_and_predict, model_suffix, atol, ctx)
@@ -220,6 +227,32 @@ def _check_proba(backend: Backend, X_new, K, ctx) -> None:
     _close(p.sum(axis=1), np.ones(len(X_new)), 1e-9, ctx, "predict_proba rows must sum to 1")
 
 
+def _check_no_intercept(factory, K, atol, seed, ctx) -> None:
+    """f_0 on two points with equal label shares, at three equally spaced shares of label 1: one
+    round from margin 0 is linear in the shares; an intercept fitted to the labels is not."""
+    group = 18
+    g = np.arange(2 * group) % 2
+    X = np.column_stack([g, 1.0 - g]).astype(np.float64)
+    margins = []
+    for ones in (5, 7, 9):
+        per_group = np.concatenate([np.arange(2, K), np.ones(ones, dtype=np.int64),
+                                    np.zeros(group - ones - (K - 2), dtype=np.int64)])
+        y = np.empty(2 * group, dtype=np.int64)
+        y[g == 0] = per_group
+        y[g == 1] = per_group
+        probe = factory()
+        probe.start(X, y, K, random_state=seed)
+        margins.append(_margins(probe, len(y), K, ctx))
+    low, mid, high = margins
+    off = float(np.abs((high - low) - 2.0 * (mid - low)).max())
+    scale = max(1.0, float(np.abs(high - low).max()))
+    _require(off <= max(atol, 1e-6) * scale, ctx,
+             f"the backend starts from an intercept fitted to the labels: f_0 on points with label-1 shares "
+             f"5/18, 7/18 and 9/18 is not linear in the shares (off by {off:.3g}), as one round from margin 0 "
+             f"is; budro's rounds reweight the labels every step, so every model must start from margin 0 "
+             f"(XGBoost: base_score=0.5; LightGBM/CatBoost: boost_from_average=False)")
+
+
 def _check_zeroed_rows(factory, h, d, K, atol, seed, ctx) -> None:
     X_H, y_H = _make_data(h, d, K, seed + 2)
     R = _COPIES_PER_CLASS * K
@@ -263,7 +296,8 @@ def _compare_with_half(factory, X_H, labels_B, weights, K, atol, seed, ctx, what
              "f_0 trained on labels balanced at every point (each point equally often with every label) must leave "
              f"every class equally likely everywhere, but the margins span {np.ptp(before):.3g} and the "
              f"probabilities are up to {uniform:.3g} away from 1/K; the per-round-weight checks need a model that "
-             "starts from equal class probabilities (no fitted intercept or base score, no boost-from-average)")
+             "starts from equal class probabilities: the backend starts from an intercept (a base score or fitted "
+             "intercept, boost-from-average); set it to margin 0")
     A.step(weights)
     B = factory()
     B.start(X_rep, labels_B, K, random_state=seed)
