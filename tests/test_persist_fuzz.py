@@ -124,7 +124,11 @@ def fuzz(tmp_path: Path, clf: BuDROClassifier, X: np.ndarray, n_flips: int, seed
         path.write_bytes(bytes(damaged))
         paths.append(str(path))
     results = check_files(folder, [str(original)] + paths)
-    assert results[str(original)] == "same"
+    if results[str(original)] != "same":  # the undamaged file: show why in this process
+        from budro.persist import load_model
+
+        load_model(original).predict_proba(X)
+        raise AssertionError(f"the undamaged model file: {results[str(original)]}")
     print(f"\n{tag}: {original.stat().st_size} bytes, {n_flips} flips:", json.loads(_report(results))["counts"])
     return results
 
