@@ -13,7 +13,7 @@ import pytest
 
 from budro import registry
 from budro.backends.base import Backend
-from budro.exceptions import PluginError, ValidationError
+from budro.exceptions import ConfigError, PluginError, ValidationError
 
 BACKENDS = {
     "xgboost": {"max_depth": 3, "nthread": 1},
@@ -411,3 +411,70 @@ def test_a_category_whose_rows_carry_no_weight(name):
         runs.append(backend.margins())
     assert np.isfinite(runs[0]).all()
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+# -- parameter values checked before any data -------------------------------------------------
+
+BAD_VALUES = [
+    # the four cases of issue 11
+    ("xgboost", {"max_depth": -1}, r"'max_depth' must be an integer >= 0, got -1"),
+    ("xgboost", {"learning_rate": -0.5}, r"'learning_rate' must be a number >= 0, got -0.5"),
+    ("xgboost", {"learning_rate": "fast"}, r"'learning_rate' must be a number >= 0, got 'fast'"),
+    ("lightgbm", {"num_leaves": 1}, r"'num_leaves' must be an integer in \[2, 131072\], got 1"),
+    ("catboost", {"subsample": 0.5}, r"'subsample' needs bootstrap_type 'Bernoulli', 'Poisson', 'MVS'"),
+    # more: explicit rules
+    ("lightgbm", {"learning_rate": -0.5}, r"'learning_rate' must be a number > 0"),
+    ("lightgbm", {"learning_rate": "fast"}, r"'learning_rate' must be a number > 0, got 'fast'"),
+    ("lightgbm", {"subsample": 1.5}, r"'subsample' must be a number in \(0, 1\], got 1.5"),
+    ("lightgbm", {"max_depth": 2.5}, r"'max_depth' must be an integer, got 2.5"),
+    ("catboost", {"learning_rate": -0.5}, r"'learning_rate' must be a number > 0"),
+    ("catboost", {"depth": 0}, r"'depth' must be an integer in \[1, 16\]"),
+    ("catboost", {"bagging_temperature": 1.0}, r"'bagging_temperature' needs bootstrap_type 'Bayesian'"),
+    ("xgboost", {"subsample": 0}, r"'subsample' must be a number in \(0, 1\], got 0"),
+    ("xgboost", {"reg_lambda": float("nan")}, r"'reg_lambda' must be a number >= 0, got nan"),
+    ("xgboost", {"max_bin": True}, r"'max_bin' must be an integer >= 2, got True"),
+    # more: the library's own check, the key found by trying each parameter alone
+    ("xgboost", {"max_depth": 3, "tree_method": "fastest"}, r"'tree_method' = 'fastest' is not accepted by XGBoost:.*valid values"),
+    ("xgboost", {"grow_policy": "sideways"}, r"'grow_policy' = 'sideways' is not accepted by XGBoost"),
+    ("lightgbm", {"num_leaves": 8, "extra_trees": "maybe"}, r"'extra_trees' = 'maybe' is not accepted by LightGBM"),
+    ("catboost", {"grow_policy": "Spiral"}, r"'grow_policy' = 'Spiral' is not accepted by CatBoost"),
+    ("catboost", {"bootstrap_type": "Bernoulli", "subsample": 0.5, "sampling_frequency": "Often"}, r"'sampling_frequency' = 'Often'"),
+]
+
+
+@pytest.mark.parametrize("name, params, match", BAD_VALUES, ids=[f"{n}-{'-'.join(p)}" for n, p, _ in BAD_VALUES])
+def test_bad_parameter_values_are_config_errors_naming_the_key(name, params, match):
+    pytest.importorskip(name)
+    with pytest.raises(ConfigError, match=match):
+        registry.create("backend", name, **params)
+
+
+@pytest.mark.parametrize("name, params, match", BAD_VALUES[:5], ids=[f"{n}-{'-'.join(p)}" for n, p, _ in BAD_VALUES[:5]])
+def test_bad_parameter_values_fail_the_config_before_any_data(name, params, match, tmp_path):
+    """parse_config fails on the value, naming the section and key; the data file named by the
+    config does not even exist."""
+    from budro.config import parse_config
+
+    pytest.importorskip(name)
+    raw = {"eps": 0.1, "n_steps": 2, "protected": [0], "backend": {"name": name, **params},
+           "data": {"source": "csv", "path": str(tmp_path / "no-such-file.csv"), "label": "y"}}
+    with pytest.raises(ConfigError, match=r"\[backend\]") as info:
+        parse_config(raw)
+    assert list(params)[-1] in str(info.value)
+    assert not (tmp_path / "no-such-file.csv").exists()
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_good_parameter_values_pass_and_are_probed_once(name, monkeypatch):
+    from budro.backends import _common
+
+    pytest.importorskip(name)
+    cls = type(registry.create("backend", name, **BACKENDS[name]))
+    calls = []
+    original = cls._probe.__func__
+    monkeypatch.setattr(cls, "_probe", classmethod(lambda c, p: (calls.append(p), original(c, p))[1]))
+    monkeypatch.setattr(_common, "_PROBED", {})
+    params = {**BACKENDS[name], "learning_rate": 0.25}
+    for _ in range(3):
+        assert registry.create("backend", name, **params).params["learning_rate" if name != "xgboost" else "eta"] == 0.25
+    assert len(calls) == 1

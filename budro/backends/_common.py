@@ -10,7 +10,10 @@ the state checks.  The functions check the inputs of the backend contract
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
+import warnings
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,6 +23,7 @@ from budro.exceptions import BudroError, ConfigError, ValidationError
 
 __all__ = [
     "BuiltinBackend",
+    "Number",
     "MAX_CATEGORY_CODE",
     "check_X",
     "check_training_data",
@@ -39,19 +43,80 @@ WEIGHT_SUM_TOL = 1e-5
 MAX_CATEGORY_CODE = 2**24 - 1
 
 
+@dataclass(frozen=True)
+class Number:
+    """What a numeric parameter accepts: an integer or a real number, optionally bounded."""
+
+    integer: bool = False
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # ``low < value`` rather than ``low <= value``
+    high_open: bool = False
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        if self.low is not None and self.high is not None:
+            lo, hi = ("(" if self.low_open else "["), (")" if self.high_open else "]")
+            return f"{kind} in {lo}{_fmt(self.low)}, {_fmt(self.high)}{hi}"
+        if self.low is not None:
+            return f"{kind} {'>' if self.low_open else '>='} {_fmt(self.low)}"
+        if self.high is not None:
+            return f"{kind} {'<' if self.high_open else '<='} {_fmt(self.high)}"
+        return kind
+
+    def accepts(self, value: Any) -> bool:
+        if isinstance(value, (bool, np.bool_)):
+            return False
+        if self.integer:
+            if not isinstance(value, numbers.Integral):
+                return False
+        elif not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+            return False
+        v = float(value)
+        if self.low is not None and (v < self.low or (self.low_open and v == self.low)):
+            return False
+        if self.high is not None and (v > self.high or (self.high_open and v == self.high)):
+            return False
+        return True
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+#: Outcome of one probe per (backend class, parameters): None when the library accepted them,
+#: else its message.  A cache, so each parameter set is tried once per process.
+_PROBED: dict[tuple[str, str], str | None] = {}
+
+
 class BuiltinBackend(Backend):
     """What budro's built-in backends share: constructor, parameter tables and state checks.
 
     Subclasses set the tables ``NATIVE_PARAMS`` (native names passed through), ``PARAM_ALIASES``
-    (alias -> native name), ``RESERVED_PARAMS`` (name -> why budro controls it) and
-    ``DEFAULT_PARAMS``, and implement :meth:`_reset` (the empty model and training state) and
-    :meth:`_is_training` (training structures held).
+    (alias -> native name), ``RESERVED_PARAMS`` (name -> why budro controls it),
+    ``DEFAULT_PARAMS`` and ``PARAM_RULES`` (native name -> :class:`Number`), and implement
+    :meth:`_reset` (the empty model and training state), :meth:`_is_training` (training
+    structures held) and :meth:`_probe` (one tiny training run with given parameters).
+
+    Parameter values are checked in the constructor, before any data is seen (configs are
+    validated by creating the backend): first the :class:`Number` rules, then the library
+    itself, by :meth:`_probe` -- one round on a 16-row synthetic data set with the resolved
+    parameters, cached per parameter set.  When the library rejects them, the run is repeated
+    without each given parameter in turn: the first whose removal makes the library accept
+    the rest is named as the key at fault.  Either way the error is a
+    :class:`~budro.exceptions.ConfigError` naming the key, its value and what is accepted.
     """
 
     NATIVE_PARAMS: ClassVar[frozenset[str]] = frozenset()
     PARAM_ALIASES: ClassVar[dict[str, str]] = {}
     RESERVED_PARAMS: ClassVar[dict[str, str]] = {}
     DEFAULT_PARAMS: ClassVar[dict[str, Any]] = {}
+    PARAM_RULES: ClassVar[dict[str, Number]] = {}
+    #: Parameters left out of the probe: they depend on the data (one entry per feature) or
+    #: on the machine (devices), not on their own validity.
+    PROBE_SKIP: ClassVar[frozenset[str]] = frozenset()
+    #: The library's name in messages.
+    LIBRARY: ClassVar[str] = ""
 
     def __init__(self, weight_scale: str = "n", **params: Any) -> None:
         owner = type(self).__name__
@@ -80,8 +145,53 @@ class BuiltinBackend(Backend):
     def _has_model(self) -> bool:
         return self.n_rounds > 0
 
+    @classmethod
+    def _probe(cls, params: dict[str, Any]) -> None:
+        """Train one round on a tiny synthetic data set with ``params`` (by native name, as
+        :attr:`params` gives them); let the library's error out."""
+
+    def _check_combinations(self) -> None:
+        """Checks of several parameters together (subclasses); raise ConfigError."""
+
     def _check_param_values(self) -> None:
         """Check parameter values (not only names) in the constructor; raise ConfigError."""
+        owner = type(self).__name__
+        for native, rule in self.PARAM_RULES.items():
+            if native in self._params and not rule.accepts(self._params[native]):
+                raise ConfigError(
+                    f"{owner}: parameter {self._key(native)!r} must be {rule.describe()}, got {self._params[native]!r}"
+                )
+        self._check_combinations()
+        error = self._probe_cached(self._params)
+        if error is None:
+            return
+        for native in self._given_as:
+            if native in self.PROBE_SKIP:
+                continue
+            without = {k: v for k, v in self._params.items() if k != native}
+            if native in self.DEFAULT_PARAMS:
+                without[native] = self.DEFAULT_PARAMS[native]
+            if self._probe_cached(without) is None:
+                raise ConfigError(
+                    f"{owner}: parameter {self._key(native)!r} = {self._params[native]!r} is not accepted by "
+                    f"{self.LIBRARY}: {error}"
+                )
+        given = ", ".join(f"{k}={v!r}" for k, v in self._user_params.items())
+        raise ConfigError(f"{owner}: {self.LIBRARY} does not accept the parameters ({given}) together: {error}")
+
+    def _probe_cached(self, params: dict[str, Any]) -> str | None:
+        params = {k: v for k, v in params.items() if k not in self.PROBE_SKIP}
+        key = (type(self).__qualname__, repr(sorted(params.items(), key=lambda kv: kv[0])))
+        if key not in _PROBED:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._probe(params)
+            except Exception as exc:  # the library's own error, whatever its class
+                _PROBED[key] = _first_line(exc)
+            else:
+                _PROBED[key] = None
+        return _PROBED[key]
 
     # -- shared -------------------------------------------------------------------------
     @property
@@ -124,6 +234,17 @@ class BuiltinBackend(Backend):
         other = type(self)(self.weight_scale, **self._user_params)
         other.n_classes_, other.n_features_in_, other._categorical = n_classes, n_features, categorical
         return other
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def probe_data() -> tuple[np.ndarray, np.ndarray]:
+    """The data set of every probe: 16 rows, 2 features, both labels."""
+    x = np.arange(16, dtype=np.float64)
+    return np.column_stack([x, x[::-1] % 5]), (np.arange(16) % 2).astype(np.float64)
 
 
 def resolve_params(owner: str, params: dict[str, Any], native: frozenset[str], aliases: dict[str, str],

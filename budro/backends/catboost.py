@@ -35,6 +35,18 @@ route passes ``K * l2_leaf_reg`` to restore the same regularisation.  Put differ
 equals a round on an explicit D0 pool with ``l2_leaf_reg`` multiplied by ``K``.  The same
 scaling makes ``weight_scale`` immaterial for CatBoost.
 
+Missing values and categorical features
+---------------------------------------
+NaN in a numeric column is CatBoost's missing value (``nan_mode`` ``"Min"``).  Categorical
+columns (``start(..., categorical_features=...)``, integer codes) reach CatBoost as categorical
+features whose values are the codes as strings, NaN as the category ``"NA"``; budro sets
+``one_hot_max_size`` to at least the number of categories of every such column (at least 255),
+so every categorical split is one-hot.  CatBoost's default for larger categories, target
+statistics (CTRs), would be computed from the labels of budro's per-round pools (the row index
+in the two-class route), not from the data's labels.  Prediction builds the same strings; a code
+never seen in training (the caller should pass NaN) matches no one-hot split, like ``"NA"``
+when no training value was missing.
+
 Hyperparameters
 ---------------
 Randomness does not carry over between one-iteration fits: budro defaults to
@@ -67,10 +79,12 @@ from scipy.special import expit
 
 from budro.backends._common import (
     BuiltinBackend,
+    Number,
     check_n_rounds,
     check_native_bytes,
     check_native_load_args,
     check_seed,
+    probe_data,
     check_training_data,
     check_weights,
 )
@@ -166,6 +180,27 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "leaf_estimation_iterations": 1,
 }
 
+_UNIT = Number(low=0.0, high=1.0, low_open=True)
+_NON_NEGATIVE = Number(low=0.0)
+#: Values accepted, by native name (checked in the constructor; CatBoost checks the rest).
+PARAM_RULES: dict[str, Number] = {
+    "learning_rate": Number(low=0.0, low_open=True),
+    "depth": Number(integer=True, low=1, high=16),
+    "l2_leaf_reg": _NON_NEGATIVE,
+    "random_strength": _NON_NEGATIVE,
+    "subsample": _UNIT,
+    "bagging_temperature": _NON_NEGATIVE,
+    "rsm": _UNIT,
+    "border_count": Number(integer=True, low=1, high=65535),
+    "max_leaves": Number(integer=True, low=2, high=64),
+    "leaf_estimation_iterations": Number(integer=True, low=1),
+    "scale_pos_weight": Number(low=0.0, low_open=True),
+    "thread_count": Number(integer=True, low=-1),
+    "random_seed": Number(integer=True, low=0, high=2**31 - 1),
+}
+#: Bootstrap types that sample rows with ``subsample`` (CatBoost rejects it with the others).
+_SUBSAMPLING_BOOTSTRAPS = ("Bernoulli", "Poisson", "MVS")
+
 #: Set for every fit, never by the user.
 FIXED_PARAMS: dict[str, Any] = {
     "boosting_type": "Plain",
@@ -213,8 +248,11 @@ class CatBoostBackend(BuiltinBackend):
         ``random_state``, ``num_leaves``).  Unknown names raise
         :class:`~budro.exceptions.ConfigError`, as do ``loss_function``, ``iterations``,
         ``boosting_type``, ``eval_metric``, class weights and the options listed in the module
-        docstring.  ``score_function`` must be ``"Cosine"`` or ``"L2"``.  Other values are
-        checked by CatBoost when training starts.
+        docstring.  ``score_function`` must be ``"Cosine"`` or ``"L2"``; ``subsample`` needs
+        ``bootstrap_type`` ``"Bernoulli"``, ``"Poisson"`` or ``"MVS"``.  Values are checked when
+        the backend is created, before any data (:data:`PARAM_RULES`, then one CatBoost round on
+        a tiny synthetic data set, cached per parameter set): a bad value raises
+        :class:`~budro.exceptions.ConfigError` naming the key.
 
         Defaults that differ from CatBoost's: ``learning_rate=0.03`` (fixed instead of
         CatBoost's automatic choice), ``random_strength=0`` and ``bootstrap_type="No"``
@@ -271,12 +309,35 @@ class CatBoostBackend(BuiltinBackend):
     RESERVED_PARAMS = RESERVED_PARAMS
     DEFAULT_PARAMS = DEFAULT_PARAMS
 
-    def _check_param_values(self) -> None:
+    PARAM_RULES = PARAM_RULES
+    PROBE_SKIP = frozenset({"thread_count", "used_ram_limit"})
+    LIBRARY = "CatBoost"
+
+    @classmethod
+    def _probe(cls, params: dict[str, Any]) -> None:
+        cb = _cb()
+        X, y = probe_data()
+        _fit(cb, {**params, **FIXED_PARAMS, "loss_function": "Logloss", "boost_from_average": False,
+                  "iterations": 1, "thread_count": 1}, cb.Pool(X, label=y))
+
+    def _check_combinations(self) -> None:
         score = self._params.get("score_function", "Cosine")
         if score not in SCORE_FUNCTIONS:
             raise ConfigError(
                 f"CatBoostBackend: score_function must be one of {', '.join(map(repr, SCORE_FUNCTIONS))} "
                 f"(the scores whose leaf sums are those of D0); got {score!r}"
+            )
+        bootstrap = self._params.get("bootstrap_type")
+        if "subsample" in self._given_as and bootstrap not in _SUBSAMPLING_BOOTSTRAPS:
+            raise ConfigError(
+                f"CatBoostBackend: parameter {self._key('subsample')!r} needs bootstrap_type "
+                f"{', '.join(map(repr, _SUBSAMPLING_BOOTSTRAPS))}; bootstrap_type is {bootstrap!r} "
+                "(budro's default is 'No': deterministic rounds)"
+            )
+        if "bagging_temperature" in self._given_as and bootstrap != "Bayesian":
+            raise ConfigError(
+                f"CatBoostBackend: parameter 'bagging_temperature' needs bootstrap_type 'Bayesian'; "
+                f"bootstrap_type is {bootstrap!r}"
             )
 
     def _reset(self) -> None:

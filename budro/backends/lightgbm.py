@@ -41,6 +41,14 @@ counts rows means something different on D0 and on the ``n`` rows:
 * ``min_data_in_bin``, ``max_bin``, ``bin_construct_sample_cnt``: binning only.  The bins are
   built once from the ``n`` original rows, exactly as LightGBM's own training on ``(X, y)``
   builds them, not from the ``K n`` rows of D0.
+* categorical features (``start(..., categorical_features=...)``): LightGBM's many-vs-many
+  categorical split search counts rows (estimated from hessians, so D0 counts twice as many)
+  in ``min_data_per_group``, ``cat_smooth`` and its rounding; budro's default
+  ``max_cat_to_onehot = 2**31 - 1`` makes every categorical split one-vs-rest, whose search
+  counts nothing, and a step is then exactly one round on D0
+  (``tests/test_backend_inputs.py::test_lightgbm_categorical_step_equals_one_round_on_explicit_D0``).
+  A smaller ``max_cat_to_onehot`` (LightGBM's default is 4) allows many-vs-many splits; the
+  steps then equal LightGBM's own training at the empirical weights, but not D0 rounds.
 * ``bagging_fraction``/``bagging_freq`` sample original rows, each with all its label copies;
   ``pos_bagging_fraction``/``neg_bagging_fraction`` sample by a label that D0 rows do not have
   and are rejected, as is GOSS (``data_sample_strategy``).
@@ -58,10 +66,12 @@ from scipy.special import expit
 
 from budro.backends._common import (
     BuiltinBackend,
+    Number,
     check_n_rounds,
     check_native_bytes,
     check_native_load_args,
     check_seed,
+    probe_data,
     check_training_data,
     check_weights,
 )
@@ -174,6 +184,43 @@ PARAM_ALIASES: dict[str, str] = {
     "data_seed": "data_random_seed",
 }
 
+_UNIT = Number(low=0.0, high=1.0, low_open=True)
+_NON_NEGATIVE = Number(low=0.0)
+_INT = Number(integer=True)
+#: Values accepted, by native name (checked in the constructor; LightGBM checks the rest).
+PARAM_RULES: dict[str, Number] = {
+    "learning_rate": Number(low=0.0, low_open=True),
+    "num_leaves": Number(integer=True, low=2, high=131072),
+    "num_threads": _INT,
+    "seed": _INT,
+    "max_depth": _INT,
+    "min_data_in_leaf": Number(integer=True, low=0),
+    "min_sum_hessian_in_leaf": _NON_NEGATIVE,
+    "bagging_fraction": _UNIT,
+    "bagging_freq": Number(integer=True, low=0),
+    "bagging_seed": _INT,
+    "feature_fraction": _UNIT,
+    "feature_fraction_bynode": _UNIT,
+    "feature_fraction_seed": _INT,
+    "extra_seed": _INT,
+    "max_delta_step": Number(),
+    "lambda_l1": _NON_NEGATIVE,
+    "lambda_l2": _NON_NEGATIVE,
+    "min_gain_to_split": _NON_NEGATIVE,
+    "monotone_penalty": _NON_NEGATIVE,
+    "verbosity": _INT,
+    "max_bin": Number(integer=True, low=2),
+    "min_data_in_bin": Number(integer=True, low=1),
+    "bin_construct_sample_cnt": Number(integer=True, low=1),
+    "data_random_seed": _INT,
+    "max_cat_to_onehot": Number(integer=True, low=1),
+    "max_cat_threshold": Number(integer=True, low=1),
+    "cat_l2": _NON_NEGATIVE,
+    "cat_smooth": _NON_NEGATIVE,
+    "min_data_per_group": Number(integer=True, low=1),
+    "scale_pos_weight": Number(low=0.0, low_open=True),
+}
+
 _OBJECTIVE = "budro sets it: every round is trained on budro's D0 gradients (binary or softmax cross-entropy)"
 _ROUNDS = "budro trains one round per step(); choose the number of rounds on the estimator"
 #: Parameters budro sets itself or that break the one-round-on-D0 semantics, with the reason.
@@ -264,7 +311,10 @@ class LightGBMBackend(BuiltinBackend):
         ``random_state``, ...).  Unknown names raise :class:`~budro.exceptions.ConfigError`, as
         do ``objective``, ``num_class``, ``num_iterations``/``n_estimators``, ``boosting``,
         ``boost_from_average``, ``metric`` and the row-count or label-based options listed in
-        the module docstring.  Values are checked by LightGBM when training starts.
+        the module docstring.  Values are checked when the backend is created, before any
+        data (:data:`PARAM_RULES`, then one LightGBM round on a tiny synthetic data set, cached
+        per parameter set): a bad value raises :class:`~budro.exceptions.ConfigError` naming
+        the key.
 
         Defaults that differ from LightGBM's: ``min_data_in_leaf=0`` and
         ``min_sum_hessian_in_leaf=1.0`` (a row-count minimum breaks the D0 equivalence),
@@ -324,6 +374,17 @@ class LightGBMBackend(BuiltinBackend):
     PARAM_ALIASES = PARAM_ALIASES
     RESERVED_PARAMS = RESERVED_PARAMS
     DEFAULT_PARAMS = DEFAULT_PARAMS
+    PARAM_RULES = PARAM_RULES
+    PROBE_SKIP = frozenset({"monotone_constraints", "interaction_constraints", "max_bin_by_feature", "num_threads"})
+    LIBRARY = "LightGBM"
+
+    @classmethod
+    def _probe(cls, params: dict[str, Any]) -> None:
+        lgb = _lgb()
+        X, y = probe_data()
+        params = {**params, "objective": "binary", "boost_from_average": False, "metric": "None",
+                  "num_threads": 1, "verbosity": -1}
+        lgb.train(params, lgb.Dataset(X, label=y, params=params), num_boost_round=1)
 
     def _reset(self) -> None:
         self._booster = None

@@ -33,10 +33,12 @@ import numpy as np
 
 from budro.backends._common import (
     BuiltinBackend,
+    Number,
     check_n_rounds,
     check_native_bytes,
     check_native_load_args,
     check_seed,
+    probe_data,
     check_training_data,
     check_weights,
 )
@@ -112,6 +114,34 @@ RESERVED_PARAMS: dict[str, str] = {
 #: Defaults that differ from XGBoost's own (see :class:`XGBoostBackend`).
 DEFAULT_PARAMS: dict[str, Any] = {"base_score": 0.5, "tree_method": "hist", "nthread": 0}
 
+_UNIT = Number(low=0.0, high=1.0, low_open=True)
+_NON_NEGATIVE = Number(low=0.0)
+#: Values accepted, by native name (checked in the constructor; XGBoost checks the rest).
+PARAM_RULES: dict[str, Number] = {
+    "eta": _NON_NEGATIVE,
+    "gamma": _NON_NEGATIVE,
+    "max_depth": Number(integer=True, low=0),
+    "min_child_weight": _NON_NEGATIVE,
+    "max_delta_step": _NON_NEGATIVE,
+    "subsample": _UNIT,
+    "colsample_bytree": _UNIT,
+    "colsample_bylevel": _UNIT,
+    "colsample_bynode": _UNIT,
+    "lambda": _NON_NEGATIVE,
+    "alpha": _NON_NEGATIVE,
+    "scale_pos_weight": Number(low=0.0, low_open=True),
+    "max_leaves": Number(integer=True, low=0),
+    "max_bin": Number(integer=True, low=2),
+    "num_parallel_tree": Number(integer=True, low=1),
+    "base_score": Number(low=0.0, high=1.0, low_open=True, high_open=True),
+    "seed": Number(integer=True, low=0, high=2**63 - 1),
+    "nthread": Number(integer=True, low=-1),
+    "verbosity": Number(integer=True, low=0, high=3),
+    "max_cat_to_onehot": Number(integer=True, low=1),
+    "max_cat_threshold": Number(integer=True, low=1),
+    "max_cached_hist_node": Number(integer=True, low=1),
+}
+
 #: XGBoost's lower bound on each softmax hessian entry (``multi:softprob``).
 _SOFTMAX_HESS_EPS = 1e-16
 
@@ -154,7 +184,9 @@ class XGBoostBackend(BuiltinBackend):
         aliases ``learning_rate``, ``min_split_loss``, ``reg_lambda``, ``reg_alpha``, ``n_jobs``
         and ``random_state``.  Unknown names raise :class:`~budro.exceptions.ConfigError`, as do
         ``objective``, ``num_class``, ``num_boost_round``/``n_estimators`` and ``booster``, which
-        budro controls.  Values are checked by XGBoost when training starts.
+        budro controls.  Values are checked when the backend is created, before any data
+        (:data:`PARAM_RULES`, then one XGBoost round on a tiny synthetic data set, cached per
+        parameter set): a bad value raises :class:`~budro.exceptions.ConfigError` naming the key.
 
         Defaults that differ from XGBoost's: ``base_score=0.5`` (explicit, as in the paper;
         XGBoost >= 2 would otherwise estimate an intercept from the labels, which is not
@@ -205,6 +237,15 @@ class XGBoostBackend(BuiltinBackend):
     PARAM_ALIASES = PARAM_ALIASES
     RESERVED_PARAMS = RESERVED_PARAMS
     DEFAULT_PARAMS = DEFAULT_PARAMS
+    PARAM_RULES = PARAM_RULES
+    PROBE_SKIP = frozenset({"monotone_constraints", "interaction_constraints", "device", "nthread"})
+    LIBRARY = "XGBoost"
+
+    @classmethod
+    def _probe(cls, params: dict[str, Any]) -> None:
+        xgb = _xgb()
+        X, y = probe_data()
+        xgb.train({**params, "objective": "binary:logistic", "nthread": 1}, xgb.DMatrix(X, label=y), num_boost_round=1)
 
     def _reset(self) -> None:
         self._booster = None
