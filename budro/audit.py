@@ -31,7 +31,7 @@ import numpy as np
 
 from budro.exceptions import ValidationError
 
-__all__ = ["AuditReport", "audit", "load_any_model", "DATASETS", "PAPER_EPS"]
+__all__ = ["AuditReport", "audit", "audit_dataset", "audit_table", "load_any_model", "DATASETS", "PAPER_EPS"]
 
 #: Data sets an audit can name.
 DATASETS = ("german", "adult", "compas", "synthetic")
@@ -274,7 +274,278 @@ def _load_dataset(data: Any, data_home: str | None):
     return loader() if data == "synthetic" or data_home is None else loader(data_home=data_home)
 
 
+#: Suffixes read as parquet; every other file is read as delimited text (the config's csv source).
+PARQUET_SUFFIXES = (".parquet", ".pq")
+#: Options of the csv data source that :func:`audit` passes through ``read_options``.
+READ_OPTIONS = ("header", "names", "separator", "na_values", "skip_rows", "strip_whitespace", "drop", "label_strip",
+                "label_map")
+
+
 def audit(
+    model: Any,
+    data: Any = None,
+    *,
+    label: str | None = None,
+    read_options: Mapping[str, Any] | None = None,
+    config: Any = None,
+    counterfactuals: Mapping[str, Any] | None = None,
+    groups: Mapping[str, Any] | None = None,
+    trust_pickle: bool = False,
+    **options: Any,
+) -> AuditReport:
+    """Evaluate ``model`` (a classifier, or a path for :func:`load_any_model`) on data ``data``:
+    one of budro's data sets, or any table file.
+
+    Parameters
+    ----------
+    model : classifier or path
+    data : str, path or Dataset, optional
+        A built-in data set name (:data:`DATASETS`) or :class:`~budro.datasets.Dataset`: see
+        :func:`audit_dataset` for the options.  Or a table file, CSV/text or parquet (``.parquet``):
+        read by the config's data sources (:mod:`budro.config`), then see :func:`audit_table`.
+        Optional with ``config``, whose ``[data]`` section names the file.
+    label : str, optional
+        The label column of a table file (default: the config's ``data.label``).
+    read_options : mapping, optional
+        Options of the csv source (:data:`READ_OPTIONS`: ``header``, ``names``, ``separator``,
+        ``na_values``, ``skip_rows``, ...), over the config's.
+    config : path or Config, optional
+        A config whose ``[data]`` section (and ``protected``, ``[counterfactuals]``, ``[groups]``)
+        the audit reuses; ``data`` then only replaces the file's path.
+    counterfactuals, groups : mapping, optional
+        Flips and group definitions in the config's form (:func:`budro.evaluation.flips_from_config`,
+        :func:`budro.evaluation.groups_from_config`), over the config's.
+    trust_pickle : bool, default False
+        Passed to :func:`load_any_model` when ``model`` is a path.
+    **options :
+        ``split_seed``, ``test_size``, ``certificate``, ``eps``, ``fair_metric``,
+        ``fair_metric_params``, ``protected``, ``solver``, ``n_neighbors``, ``max_samples``,
+        ``n_bootstrap``, ``random_state``; for built-in data sets also ``standardize`` and ``data_home``.
+    """
+    from budro.config import Config, load_config
+
+    if isinstance(model, (str, Path)):
+        model = load_any_model(model, trust_pickle=trust_pickle)
+    cfg = None
+    if config is not None:
+        cfg = config if isinstance(config, Config) else load_config(config)
+    builtin = cfg.data.get("source") if cfg is not None and cfg.data and cfg.data.get("source") in DATASETS else None
+    if data is None and cfg is None:
+        raise ValidationError("audit needs data: a data set name, a table file, or a config with a [data] section")
+    table_args = (label, read_options, counterfactuals, groups)
+    if _is_builtin(data) or (data is None and builtin is not None):
+        if any(v is not None for v in table_args):
+            raise ValidationError("label, read_options, counterfactuals and groups apply to table files, not to the "
+                                  f"built-in data set {data if data is not None else builtin!r}")
+        if cfg is not None and options.get("protected") is None and cfg.protected:
+            options["protected"] = [p for p in cfg.protected if isinstance(p, str)] or None
+        return audit_dataset(model, data if data is not None else builtin, **options)
+    for key in ("standardize", "data_home"):
+        if options.pop(key, None) not in (None, True):
+            raise ValidationError(f"{key} applies to the built-in data sets, not to table files")
+    table_cfg = _table_config(data, cfg, label, read_options, counterfactuals, groups, options.get("protected"))
+    return audit_table(model, table_cfg, **options)
+
+
+def _is_builtin(data: Any) -> bool:
+    from budro.datasets import Dataset
+
+    return isinstance(data, Dataset) or (isinstance(data, str) and data in DATASETS)
+
+
+def _table_config(data: Any, cfg: Any, label: str | None, read_options: Mapping[str, Any] | None,
+                  counterfactuals: Mapping[str, Any] | None, groups: Mapping[str, Any] | None,
+                  protected: Sequence[str] | None):
+    """A :class:`budro.config.Config` whose [data] section reads the table file."""
+    from budro.config import DATA_SOURCES, parse_config
+
+    section: dict[str, Any] = {}
+    base_dir = Path.cwd()
+    if cfg is not None:
+        if not cfg.data or cfg.data.get("source") not in ("csv", "parquet"):
+            if data is None:
+                raise ValidationError("the config's [data] section names no table file (source = \"csv\" or \"parquet\")")
+        else:
+            section = dict(cfg.data)
+        base_dir = cfg.base_dir
+    if data is not None:
+        path = Path(str(data)).expanduser()
+        if not path.is_file():
+            if isinstance(data, str) and "/" not in data and "." not in data:
+                raise ValidationError(f"unknown data set {data!r}: not a built-in data set ({', '.join(DATASETS)}) "
+                                      "nor an existing file")
+            raise ValidationError(f"data file {str(path)!r} does not exist")
+        source = "parquet" if path.suffix.lower() in PARQUET_SUFFIXES else "csv"
+        allowed = DATA_SOURCES[source][0]
+        section = {k: v for k, v in section.items() if k in allowed}
+        section.update(source=source, path=str(path.resolve()))
+    for key, value in dict(read_options or {}).items():
+        if key not in READ_OPTIONS:
+            raise ValidationError(f"read_options: unknown option {key!r}; options: {', '.join(READ_OPTIONS)}")
+        if value is not None:
+            section[key] = value
+    if label is not None:
+        section["label"] = label
+    if "label" not in section:
+        raise ValidationError("a table file needs its label column: pass label (budro audit --label COLUMN) or a config "
+                              "with data.label")
+    raw: dict[str, Any] = {"data": section}
+    prot = list(protected) if protected else (list(cfg.protected) if cfg is not None else [])
+    if prot:
+        raw["protected"] = prot
+    raw["counterfactuals"] = dict(counterfactuals) if counterfactuals is not None else {}
+    raw["groups"] = dict(groups) if groups is not None else {}
+    table_cfg = parse_config(raw, base_dir=base_dir)
+    if cfg is not None:
+        if counterfactuals is None:
+            table_cfg.counterfactuals = dict(cfg.counterfactuals)
+        if groups is None:
+            table_cfg.groups = dict(cfg.groups)
+    return table_cfg
+
+
+def audit_table(
+    model: Any,
+    table: Any,
+    *,
+    split_seed: int | None = None,
+    test_size: float = 0.2,
+    certificate: bool = True,
+    eps: float | None = None,
+    fair_metric: str = "sensitive-subspace",
+    fair_metric_params: Mapping[str, Any] | None = None,
+    protected: Sequence[str] | None = None,
+    solver: str = "dual",
+    n_neighbors: int | None = None,
+    max_samples: int | None = 5000,
+    n_bootstrap: int = 0,
+    random_state: int = 0,
+) -> AuditReport:
+    """Audit on a table file: ``table`` is a :class:`budro.config.Config` whose ``[data]`` section
+    reads it (csv or parquet source), with ``protected``, ``counterfactuals`` and ``groups``.
+
+    The model gets the table's columns as read (strings stay strings): a budro model with its own
+    table encoding (``table_``), a scikit-learn pipeline, or a model of numeric columns (the columns
+    it names in ``feature_names_in_`` are selected).  Reported: accuracy, balanced accuracy,
+    consistency per flip (the config's ``[counterfactuals]``, else one per protected column with
+    at most 20 values), group gaps per protected column (``[groups]`` or the defaults of
+    :func:`budro.evaluation.table_fairness_definitions`) and the certificate.
+
+    Certificate: a budro model's own fair metric (``fair_metric_``) applied to its own embedding of
+    the rows (``model.metric_matrix``), budget the model's (``eps_effective_``, in squared fair
+    distance) unless ``eps`` is given.  Another model: a fair metric learned on the training rows
+    (all rows without ``split_seed``) embedded by a :class:`budro.tables.TableEncoder` fitted there
+    (numerics standardised, categoricals one-hot), budget ``eps`` or one nearest-neighbour unit
+    of that embedding (:mod:`budro.budget`).
+    """
+    from sklearn.model_selection import train_test_split
+
+    from budro import registry
+    from budro.budget import diagnose_budget
+    from budro.evaluation import evaluate, table_fairness_definitions
+
+    X, y = table.load_data()
+    y = np.asarray(y)
+    name = Path(table.data["path"]).name
+    n = len(y)
+    notes: list[str] = []
+    prot = list(protected) if protected else [p for p in table.protected if isinstance(p, str)]
+    if not prot and isinstance(getattr(model, "protected", None), (list, tuple)):
+        prot = [p for p in model.protected if isinstance(p, str)]
+    if split_seed is not None:
+        try:
+            train_rows, test_rows = train_test_split(np.arange(n), test_size=test_size, random_state=split_seed, stratify=y)
+        except ValueError as exc:
+            raise ValidationError(f"cannot split {name!r}: {exc}") from None
+        rows = (f"test part of the {round(100 * (1 - test_size))}/{round(100 * test_size)} split with seed {split_seed}: "
+                f"{len(test_rows)} rows")
+    else:
+        train_rows = test_rows = np.arange(n)
+        rows = f"all {n} rows"
+    X_train, y_train = X.iloc[train_rows].reset_index(drop=True), y[train_rows]
+    X_test, y_test = X.iloc[test_rows].reset_index(drop=True), y[test_rows]
+    groups, flips, fairness_notes = table_fairness_definitions(X_test, prot, flips=table.counterfactuals,
+                                                                groups=table.groups)
+    notes += fairness_notes
+    adapter = _TableAdapter(model, list(X.columns))
+
+    metric = cert_eps = None
+    eps_source = ""
+    cert_params: dict[str, Any] = {}
+    if certificate:
+        if not callable(getattr(model, "predict_proba", None)):
+            notes.append("no certificate: the model has no predict_proba")
+        else:
+            if hasattr(model, "fair_metric_") and callable(getattr(model, "metric_matrix", None)):
+                metric = model.fair_metric_
+                Z_test = np.asarray(model.metric_matrix(adapter.frame(X_test)), dtype=float)
+                own = getattr(model, "eps_effective_", None)
+                own = own if isinstance(own, (int, float)) else getattr(model, "eps", None)
+                if eps is not None:
+                    cert_eps, eps_source = float(eps), "given"
+                elif isinstance(own, (int, float)):
+                    cert_eps, eps_source = float(own), _own_eps_source(model)
+                notes.append("fair metric: the model's own, on its own embedding of the rows")
+            else:
+                from budro.tables import TableEncoder
+
+                encoder = TableEncoder().fit(X_train, protected=tuple(prot), native_categorical=False)
+                Z_train = encoder.metric_matrix(X_train)
+                learner = registry.create("fair_metric", fair_metric, **dict(fair_metric_params or {}))
+                metric = learner.fit(Z_train, list(encoder.protected_metric_indices_), y=y_train)
+                Z_test = encoder.metric_matrix(X_test)
+                notes.append(f"fair metric: {fair_metric} learned on the {'training part' if split_seed is not None else 'rows'}"
+                             f" (protected: {', '.join(prot) or 'none'})")
+                if eps is not None:
+                    cert_eps, eps_source = float(eps), "given"
+            if cert_eps is None:
+                scale = diagnose_budget(metric, Z_test, y_test, random_state=random_state).nn_scale
+                cert_eps, eps_source = scale, "one nearest-neighbour unit of these rows (budro.budget)"
+            cert_params = {"solver": solver, "n_neighbors": n_neighbors, "max_samples": max_samples or None,
+                           "n_bootstrap": n_bootstrap, "random_state": random_state, "metric_X": Z_test}
+            if max_samples and len(y_test) > max_samples:
+                notes.append(f"certificate on a random subsample of {max_samples} of the {len(y_test)} rows")
+    result = evaluate(adapter, X_test, y_test, groups=groups, counterfactuals=flips, metric=metric, eps=cert_eps,
+                      certificate_params=cert_params or None)
+    metrics = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in result.items()}
+    return AuditReport(metrics=metrics, model=_describe(model), data=name, rows=rows, eps=cert_eps,
+                       eps_source=eps_source, notes=notes)
+
+
+class _TableAdapter:
+    """Feeds a raw table to a model: the columns it names (``feature_names_in_``) when it names them;
+    else the table itself (a model with its own encoding) or, all numeric, a float array."""
+
+    def __init__(self, model: Any, columns: Sequence[str]):
+        self.model = model
+        names = getattr(model, "feature_names_in_", None)
+        self.names = None if names is None else [str(c) for c in names]
+        if self.names is not None:
+            missing = [c for c in self.names if c not in columns]
+            if missing:
+                raise ValidationError(f"the model was trained on columns this file does not have: {missing[:5]!r}"
+                                      f"{' ...' if len(missing) > 5 else ''}; file columns: {', '.join(columns)}")
+        if hasattr(model, "classes_"):
+            self.classes_ = model.classes_
+
+    def frame(self, X: Any) -> Any:
+        return X[self.names] if self.names is not None else X
+
+    def _X(self, X: Any) -> Any:
+        X = self.frame(X)
+        if self.names is None and getattr(self.model, "table_", None) is None and all(
+                np.issubdtype(t, np.number) for t in getattr(X, "dtypes", [])):
+            return X.to_numpy(dtype=np.float64)
+        return X
+
+    def predict(self, X: Any) -> np.ndarray:
+        return np.asarray(self.model.predict(self._X(X)))
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        return np.asarray(self.model.predict_proba(self._X(X)))
+
+
+def audit_dataset(
     model: Any,
     data: Any,
     *,
@@ -293,7 +564,7 @@ def audit(
     data_home: str | None = None,
     random_state: int = 0,
 ) -> AuditReport:
-    """Evaluate ``model`` (a classifier, or a path for :func:`load_any_model`) on data set ``data``.
+    """Evaluate ``model`` (a classifier, or a path for :func:`load_any_model`) on a built-in data set.
 
     Parameters
     ----------
@@ -308,8 +579,8 @@ def audit(
     certificate : bool, default True
         Compute the fairness certificate (needs ``predict_proba``).
     eps : float, optional
-        Certificate budget; default the model's own ``eps`` (a BuDRO model), else the paper's value
-        for the data set (:data:`PAPER_EPS`).
+        Certificate budget; default the model's own budget (a BuDRO model: ``eps_effective_``, else
+        ``eps``), else the paper's value for the data set (:data:`PAPER_EPS`).
     fair_metric, fair_metric_params, protected :
         The fair metric of the certificate, learned on the training rows; ``protected`` defaults
         to the data set's protected attributes.
@@ -344,6 +615,8 @@ def audit(
         else:
             if eps is not None:
                 cert_eps, eps_source = float(eps), "given"
+            elif isinstance(getattr(model, "eps_effective_", None), (int, float)):
+                cert_eps, eps_source = float(model.eps_effective_), _own_eps_source(model)
             elif isinstance(getattr(model, "eps", None), (int, float)) and hasattr(model, "fair_metric_"):
                 cert_eps, eps_source = float(model.eps), "the model's own eps"
             else:
@@ -364,6 +637,12 @@ def audit(
     metrics = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in result.items()}
     return AuditReport(metrics=metrics, model=_describe(model), data=ds.name or "data", rows=rows, eps=cert_eps,
                        eps_source=eps_source, notes=notes)
+
+
+def _own_eps_source(model: Any) -> str:
+    if getattr(model, "eps_unit", "raw") == "nn":
+        return f"the model's own eps ({getattr(model, 'eps', '?')} nearest-neighbour units)"
+    return "the model's own eps"
 
 
 def _describe(model: Any) -> str:

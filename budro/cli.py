@@ -4,7 +4,7 @@
     budro plugins list [--json]           every backend, solver and fair metric, with its package
     budro fit CONFIG.toml [--output M]    train from a config and save the model
     budro experiment CONFIG [--splits N] [--grid [SPEC ...]]   repeated splits, tables, trade-off plot
-    budro audit MODEL --data NAME         evaluate any saved classifier (budro, scikit-learn, XGBoost)
+    budro audit MODEL --data NAME|FILE    evaluate any saved classifier on a data set or any table file
     budro compare CONFIG [--backends A,B] the config's BuDRO on each backend
 """
 
@@ -115,10 +115,21 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from budro.audit import audit, load_any_model
 
     model = load_any_model(args.model, trust_pickle=args.trust_pickle)
-    report = audit(model, args.data, split_seed=args.split_seed, test_size=args.test_size,
-                   standardize=not args.raw, certificate=not args.no_certificate, eps=args.eps,
-                   solver=args.solver, n_neighbors=args.n_neighbors, max_samples=args.max_samples or None,
-                   n_bootstrap=args.bootstrap, data_home=args.data_home)
+
+    def listed(text):
+        return None if text is None else [v.strip() for v in text.split(",") if v.strip()]
+
+    read_options = {"header": False if args.no_header else None, "names": listed(args.names),
+                    "separator": args.separator, "na_values": listed(args.na_values), "skip_rows": args.skip_rows,
+                    "label_strip": args.label_strip, "drop": listed(args.drop)}
+    read_options = {k: v for k, v in read_options.items() if v is not None}
+    builtin = {"standardize": False} if args.raw else {}
+    if args.data_home:
+        builtin["data_home"] = args.data_home
+    report = audit(model, args.data, config=args.config, label=args.label, read_options=read_options or None,
+                   protected=listed(args.protected), split_seed=args.split_seed, test_size=args.test_size,
+                   certificate=not args.no_certificate, eps=args.eps, solver=args.solver, n_neighbors=args.n_neighbors,
+                   max_samples=args.max_samples or None, n_bootstrap=args.bootstrap, **builtin)
     print(report.table())
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
@@ -204,12 +215,25 @@ def build_parser() -> argparse.ArgumentParser:
     aud = sub.add_parser("audit", help="evaluate a saved classifier (budro, pickled scikit-learn/XGBoost, XGBoost JSON)")
     aud.add_argument("model", help="model file: budro (.budro), XGBoost .json/.ubj, skops (.skops), or pickle/joblib "
                                    "(with --trust-pickle)")
-    aud.add_argument("--data", required=True, help="data set: german, adult, compas or synthetic")
+    aud.add_argument("--data", help="data set (german, adult, compas, synthetic) or a table file: CSV/text, or parquet "
+                                    "(.parquet); optional with --config")
+    aud.add_argument("--config", help="TOML config whose [data] section (file and read options), protected, "
+                                      "[counterfactuals] and [groups] the audit reuses; --data then replaces the file")
+    aud.add_argument("--label", help="label column of a table file (default: the config's data.label)")
+    aud.add_argument("--protected", help="comma-separated protected columns of a table file (default: the config's, "
+                                         "else the model's)")
+    aud.add_argument("--no-header", action="store_true", help="the file has no header row (name columns with --names)")
+    aud.add_argument("--names", help="comma-separated column names of a headerless file")
+    aud.add_argument("--separator", help="field separator, e.g. ';', ' ', ', ' (default ',')")
+    aud.add_argument("--na-values", help="comma-separated strings that mean missing, e.g. '?,NA'")
+    aud.add_argument("--skip-rows", type=int, help="lines to skip at the top of the file")
+    aud.add_argument("--label-strip", help="characters stripped from both ends of every label (e.g. '.')")
+    aud.add_argument("--drop", help="comma-separated columns of the file the model does not take")
     aud.add_argument("--data-home", help="folder holding the data files (default: $BUDRO_DATA_HOME)")
     aud.add_argument("--split-seed", type=int, help="evaluate on the test part of the 80/20 split with this seed "
                                                     "(as budro experiment draws it); default: every row")
     aud.add_argument("--test-size", type=float, default=0.2, help="test share of the split (default: %(default)s)")
-    aud.add_argument("--raw", action="store_true", help="do not standardise the continuous columns")
+    aud.add_argument("--raw", action="store_true", help="built-in data sets: do not standardise the continuous columns")
     aud.add_argument("--eps", type=float, help="certificate budget (default: the model's own eps, else the paper's for the data)")
     aud.add_argument("--solver", default="dual", help="transport solver of the certificate (default: %(default)s)")
     aud.add_argument("--n-neighbors", type=int, help="sparse certificate: moves only to the m nearest neighbours")

@@ -45,10 +45,11 @@ DEFAULTS = {"backend": "xgboost", "solver": "dual", "fair_metric": "sensitive-su
 #: Sections of experiment configs (``budro experiment``, ``budro compare``; see :mod:`budro.experiment`).
 EXPERIMENT_SECTIONS = ("experiment", "methods", "grid", "compare")
 TOP_LEVEL_KEYS = {"eps", "n_steps", "random_state", "protected", "n_neighbors", "data", "output", *PLUGIN_SECTIONS,
-                  *EXPERIMENT_SECTIONS}
+                  *EXPERIMENT_SECTIONS, "eps_unit", "counterfactuals", "groups"}
 #: Top-level keys a method section inherits when it does not set them (constructor parameters
 #: of the same name; ``<plugin>_params`` go with their plugin).
-INHERITED_KEYS = ("backend", "solver", "fair_metric", "protected", "eps", "n_steps", "n_neighbors", "random_state")
+INHERITED_KEYS = ("backend", "solver", "fair_metric", "protected", "eps", "n_steps", "n_neighbors", "random_state",
+                  "eps_unit")
 
 
 @dataclass
@@ -56,6 +57,8 @@ class Config:
     """A validated configuration."""
 
     eps: float = 0.1
+    #: ``eps_unit``: "raw" (squared fair distance) or "nn" (nearest-neighbour units, :mod:`budro.budget`).
+    eps_unit: str = "raw"
     n_steps: int = 100
     random_state: int | None = None
     n_neighbors: int | None = None
@@ -77,6 +80,10 @@ class Config:
     grid: dict[str, Any] = field(default_factory=dict)
     #: ``[compare]``: {"backends": [...] or None, "params": {backend: {parameters}}}.
     compare: dict[str, Any] = field(default_factory=dict)
+    #: ``[counterfactuals]``: flip name -> definition (:func:`budro.evaluation.flips_from_config`).
+    counterfactuals: dict[str, Any] = field(default_factory=dict)
+    #: ``[groups]``: protected column -> threshold or values (:func:`budro.evaluation.groups_from_config`).
+    groups: dict[str, Any] = field(default_factory=dict)
 
     def estimator(self, callbacks=None):
         """A :class:`budro.BuDROClassifier` configured from this."""
@@ -88,6 +95,7 @@ class Config:
             fair_metric=self.fair_metric, fair_metric_params=dict(self.fair_metric_params),
             protected=list(self.protected) or None, eps=self.eps, n_steps=self.n_steps,
             random_state=self.random_state, callbacks=callbacks, n_neighbors=self.n_neighbors,
+            eps_unit=self.eps_unit,
         )
 
     def load_data(self):
@@ -114,8 +122,12 @@ class Config:
         loader = _DATASET_LOADERS.get(self.data["source"])
         if loader is not None:
             return loader(self)
+        from budro.evaluation import table_fairness_definitions
+
         X, y = self.load_data()
-        return Dataset(X=X, y=np.asarray(y), protected=[p for p in self.protected if isinstance(p, str)],
+        protected = [p for p in self.protected if isinstance(p, str)]
+        groups, flips, _ = table_fairness_definitions(X, protected, flips=self.counterfactuals, groups=self.groups)
+        return Dataset(X=X, y=np.asarray(y), protected=protected, groups=groups, counterfactuals=flips,
                        name=self.data["source"])
 
     # -- experiment configs ---------------------------------------------------------------
@@ -195,6 +207,13 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path | None = None) -> Con
     cfg = Config(base_dir=base_dir or Path.cwd())
     if "eps" in raw:
         cfg.eps = _number(raw["eps"], "eps", minimum=0.0)
+    if "eps_unit" in raw:
+        cfg.eps_unit = _method_value(raw["eps_unit"], "eps_unit", "eps_unit")
+    if "counterfactuals" in raw or "groups" in raw:
+        from budro.evaluation import flips_from_config, groups_from_config
+
+        cfg.counterfactuals = flips_from_config(raw.get("counterfactuals", {}))
+        cfg.groups = groups_from_config(raw.get("groups", {}))
     if "n_steps" in raw:
         cfg.n_steps = _integer(raw["n_steps"], "n_steps", minimum=0)
     if "random_state" in raw:
@@ -270,11 +289,15 @@ def _load_synthetic(cfg: Config):
 
 
 def _file_path(cfg: Config) -> Path:
-    path = Path(cfg.data["path"]).expanduser()
+    import os
+
+    # "$BUDRO_DATA_HOME/adult/adult.data": environment variables and ~ are expanded
+    path = Path(os.path.expandvars(cfg.data["path"])).expanduser()
     if not path.is_absolute():
         path = cfg.base_dir / path
     if not path.is_file():
-        raise ConfigError(f"config key 'data.path': file {str(path)!r} does not exist")
+        unset = " (an environment variable in it is not set)" if "$" in str(path) else ""
+        raise ConfigError(f"config key 'data.path': file {str(path)!r} does not exist{unset}")
     return path
 
 
@@ -617,6 +640,12 @@ def _method_section(label: Any, value: Any) -> dict[str, Any]:
 def _method_value(value: Any, where: str, key: str) -> Any:
     if key in ("eps",):
         return _number(value, where, minimum=0.0)
+    if key == "eps_unit":
+        from budro.budget import EPS_UNITS
+
+        if value not in EPS_UNITS:
+            raise ConfigError(f"config key '{where}' must be one of {', '.join(map(repr, EPS_UNITS))}, got {value!r}")
+        return value
     if key in ("n_steps",):
         return _integer(value, where, minimum=0)
     if key in ("n_rounds", "n_neighbors", "max_levels"):

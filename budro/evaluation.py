@@ -28,6 +28,7 @@ from budro.exceptions import ValidationError
 
 __all__ = [
     "Certificate",
+    "ColumnValues",
     "GroupGaps",
     "counterfactual_consistency",
     "evaluate",
@@ -95,6 +96,276 @@ def counterfactual_consistency(model: Any, X: Any, counterfactuals: Any, *, incl
     for p in predictions[1:]:
         same &= np.all(p == first, axis=1)
     return float(same.mean()) if n else math.nan
+
+
+class ColumnValues:
+    """Counterfactual copies of a table with columns set to given values of any type.
+
+    The counterfactual flips of a raw table: ``ColumnValues.product({"sex": ["Male", "Female"]})``
+    makes two copies of X, ``sex`` "Male" in every row of the first and "Female" in the second;
+    ``ColumnValues.product({"sex": [...], "race": [...]})`` one copy per combination.  Unlike
+    :class:`budro.datasets.ColumnAssignments` (numbers only), values may be strings, numbers or
+    booleans, so the copies are raw tables that a model with its own encoding (a budro model with
+    ``table_``, a scikit-learn pipeline) predicts on.  One-hot groups of numeric columns are
+    ``ColumnValues.one_hot([...])``.
+
+    Parameters
+    ----------
+    assignments : sequence of mappings column -> value
+        One mapping per copy; column names for DataFrames (pandas or polars), integer positions
+        for arrays.
+    """
+
+    def __init__(self, assignments: Sequence[Mapping[Any, Any]]):
+        if isinstance(assignments, Mapping) or not isinstance(assignments, Sequence) or not assignments:
+            raise ValidationError(
+                "ColumnValues: assignments must be a non-empty sequence of mappings column -> value (one per copy), "
+                f"got {assignments!r}"
+            )
+        checked = []
+        for k, assignment in enumerate(assignments):
+            if not isinstance(assignment, Mapping) or not assignment:
+                raise ValidationError(f"ColumnValues: assignments[{k}] must be a non-empty mapping column -> value, got {assignment!r}")
+            for column, value in assignment.items():
+                if not isinstance(value, (str, bool, numbers.Real, np.generic)) or (
+                        isinstance(value, numbers.Real) and not math.isfinite(float(value))):
+                    raise ValidationError(
+                        f"ColumnValues: assignments[{k}][{column!r}] must be a string, a finite number or a boolean, got {value!r}"
+                    )
+            checked.append(dict(assignment))
+        self.assignments: tuple[dict[Any, Any], ...] = tuple(checked)
+
+    @classmethod
+    def product(cls, values: Mapping[Any, Sequence[Any]]) -> "ColumnValues":
+        """One copy per combination of the columns' values (Cartesian product, in the order given)."""
+        import itertools
+
+        if not isinstance(values, Mapping) or not values:
+            raise ValidationError(f"ColumnValues.product: values must be a non-empty mapping column -> list of values, got {values!r}")
+        lists = []
+        for column, v in values.items():
+            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or len(v) == 0:
+                raise ValidationError(f"ColumnValues.product: values[{column!r}] must be a non-empty list of values, got {v!r}")
+            lists.append(list(v))
+        return cls([dict(zip(values, combo)) for combo in itertools.product(*lists)])
+
+    @classmethod
+    def one_hot(cls, columns: Sequence[Any], active: Sequence[Any] | None = None) -> "ColumnValues":
+        """One copy per category of a one-hot group: in the copy for ``c``, column ``c`` is 1 and the
+        other ``columns`` 0 (``active``: the categories that get a copy; default all)."""
+        columns = list(columns)
+        if not columns or len(set(columns)) != len(columns):
+            raise ValidationError(f"ColumnValues.one_hot: columns must be a non-empty list without repeats, got {columns!r}")
+        active = columns if active is None else list(active)
+        unknown = [c for c in active if c not in columns]
+        if not active or unknown:
+            raise ValidationError(f"ColumnValues.one_hot: active must be a non-empty subset of columns; not in columns: {unknown!r}")
+        return cls([{c: float(c == on) for c in columns} for on in active])
+
+    @property
+    def columns(self) -> tuple:
+        """Every column some copy changes (first-seen order)."""
+        return tuple(dict.fromkeys(c for a in self.assignments for c in a))
+
+    def __len__(self) -> int:
+        return len(self.assignments)
+
+    def __call__(self, X: Any) -> list[Any]:
+        """The copies of ``X`` (pandas or polars DataFrame, or a 2-D array), one per assignment."""
+        if hasattr(X, "with_columns"):  # polars
+            import polars as pl
+
+            missing = [c for c in self.columns if c not in X.columns]
+            if missing:
+                raise ValidationError(f"counterfactual flip: X has no column(s) {missing!r}")
+            return [X.with_columns([pl.lit(v).cast(X.schema[c]).alias(c) for c, v in a.items()]) for a in self.assignments]
+        if hasattr(X, "columns") and hasattr(X, "copy"):  # pandas
+            missing = [c for c in self.columns if c not in X.columns]
+            if missing:
+                raise ValidationError(f"counterfactual flip: X has no column(s) {missing!r}")
+            copies = []
+            for assignment in self.assignments:
+                Xc = X.copy()
+                for column, value in assignment.items():
+                    Xc[column] = _column_of(Xc[column], value, len(Xc))
+                copies.append(Xc)
+            return copies
+        arr = np.asarray(X)
+        if arr.ndim != 2:
+            raise ValidationError(f"counterfactual flip: X must be a DataFrame or a 2-D array, got shape {arr.shape}")
+        for c in self.columns:
+            if isinstance(c, bool) or not isinstance(c, numbers.Integral) or not -arr.shape[1] <= c < arr.shape[1]:
+                raise ValidationError(f"counterfactual flip: with an array X, columns must be positions in [0, {arr.shape[1]}); got {c!r}")
+        copies = []
+        for assignment in self.assignments:
+            values = list(assignment.values())
+            dtype = arr.dtype if all(isinstance(v, (numbers.Real, np.generic)) for v in values) and arr.dtype.kind in "fiub" else object
+            Xc = arr.astype(np.result_type(dtype, float) if dtype is not object else object, copy=True)
+            for column, value in assignment.items():
+                Xc[:, column] = value
+            copies.append(Xc)
+        return copies
+
+    def __repr__(self) -> str:
+        return f"ColumnValues({len(self.assignments)} copies over columns {list(self.columns)!r})"
+
+
+def _column_of(column: Any, value: Any, n: int) -> Any:
+    """A pandas column of ``n`` copies of ``value``, keeping a categorical column categorical."""
+    import pandas as pd
+
+    dtype = column.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        if value not in dtype.categories:
+            dtype = pd.CategoricalDtype(list(dtype.categories) + [value], ordered=dtype.ordered)
+        return pd.Series(pd.Categorical([value] * n, dtype=dtype), index=column.index)
+    if isinstance(value, str):
+        out = pd.Series([value] * n, index=column.index)
+        return out.astype(dtype) if pd.api.types.is_string_dtype(dtype) else out
+    if isinstance(value, (bool, np.bool_)):
+        return pd.Series([bool(value)] * n, index=column.index, dtype=dtype if pd.api.types.is_bool_dtype(dtype) else object)
+    if dtype.kind in "fiu":
+        return pd.Series(np.full(n, value, dtype=np.result_type(dtype, np.asarray(value).dtype)), index=column.index)
+    return pd.Series([value] * n, index=column.index)
+
+
+def flips_from_config(spec: Any, where: str = "counterfactuals") -> dict[str, ColumnValues]:
+    """Counterfactual flips named in a config table (``[counterfactuals]``), each a :class:`ColumnValues`.
+
+    * ``sex = ["Male", "Female"]``: the column ``sex`` set to each value in turn;
+    * ``GR = { sex = ["Male", "Female"], race = ["White", "Black"] }``: one copy per combination;
+    * ``spouse = { one_hot = ["rel=Husband", "rel=Wife", "rel=Own-child"], active = ["rel=Husband", "rel=Wife"] }``:
+      a one-hot group of numeric columns, one copy per active column (default all).
+
+    The consistency score of flip ``NAME`` is reported as ``consistency[NAME]``.
+    """
+    from budro.exceptions import ConfigError
+
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"config key '{where}' must be a table of flips (NAME = [values] or NAME = {{...}}), got {spec!r}")
+    out: dict[str, ColumnValues] = {}
+    for name, value in spec.items():
+        key = f"{where}.{name}"
+        try:
+            if isinstance(value, list):
+                out[str(name)] = ColumnValues.product({name: value})
+            elif isinstance(value, Mapping) and "one_hot" in value:
+                unknown = sorted(set(value) - {"one_hot", "active"})
+                if unknown:
+                    raise ConfigError(f"config key '{key}.{unknown[0]}' is not used by a one-hot flip (keys: one_hot, active)")
+                columns, active = value["one_hot"], value.get("active")
+                if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns) or (
+                        active is not None and (not isinstance(active, list) or not all(isinstance(c, str) for c in active))):
+                    raise ConfigError(f"config key '{key}': one_hot and active must be lists of column names, got {dict(value)!r}")
+                out[str(name)] = ColumnValues.one_hot(columns, active)
+            elif isinstance(value, Mapping) and value:
+                bad = [c for c, v in value.items() if not isinstance(v, list)]
+                if bad:
+                    raise ConfigError(f"config key '{key}.{bad[0]}' must be a list of values, got {value[bad[0]]!r}")
+                out[str(name)] = ColumnValues.product(dict(value))
+            else:
+                raise ConfigError(
+                    f"config key '{key}' must be a list of values of column {name!r}, a table column -> list of values, "
+                    f"or {{ one_hot = [columns] }}; got {value!r}"
+                )
+        except ConfigError:
+            raise
+        except ValidationError as exc:
+            raise ConfigError(f"config key '{key}': {exc}") from None
+    return out
+
+
+def groups_from_config(spec: Any, where: str = "groups") -> dict[str, Any]:
+    """Group definitions for the gaps (``[groups]``): ``age = 25`` (age < 25 against the rest),
+    ``race = ["White"]`` or ``race = "White"`` (these values against the rest)."""
+    from budro.exceptions import ConfigError
+
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"config key '{where}' must be a table COLUMN = threshold or value(s), got {spec!r}")
+    out = {}
+    for column, value in spec.items():
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            out[str(column)] = value if not isinstance(value, str) else [value]
+        elif isinstance(value, list) and value and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
+            out[str(column)] = list(value)
+        else:
+            raise ConfigError(f"config key '{where}.{column}' must be a number (threshold: below it against the rest) or "
+                              f"a value or list of values (these against the rest), got {value!r}")
+    return out
+
+
+#: A protected column with at most this many distinct values gets a default flip over all of them.
+MAX_FLIP_VALUES = 20
+
+
+def table_fairness_definitions(X: Any, protected: Sequence[Any], *, flips: Mapping[str, Any] | None = None,
+                               groups: Mapping[str, Any] | None = None) -> tuple[dict, dict, list[str]]:
+    """Groups and counterfactual flips of a raw table's protected columns: ``(groups, flips, notes)``.
+
+    Groups (for :func:`group_gaps`, two per protected column): as ``groups[column]`` says (a number
+    t: ``column < t`` against the rest; values: those against the rest); else a column with two
+    values as they are, a categorical one with more: its most frequent value against the rest, a
+    numeric one: below its median against the rest.  Rows with a missing value count with the rest.
+
+    Flips: ``flips`` when given (e.g. :func:`flips_from_config`), else one per protected column with
+    at most :data:`MAX_FLIP_VALUES` distinct values, over all of them (a numeric column with more,
+    e.g. age, gets none: name its values in the config).  ``notes`` say what was chosen.
+    """
+    import pandas as pd
+
+    frame = X if isinstance(X, pd.DataFrame) else (X.to_pandas() if hasattr(X, "to_pandas") else pd.DataFrame(np.asarray(X)))
+    spec = dict(groups or {})
+    unknown = [c for c in list(spec) + list(protected) if c not in frame.columns]
+    if unknown:
+        raise ValidationError(f"column {unknown[0]!r} (protected or in [groups]) is not a column of the data; "
+                              f"columns: {', '.join(map(str, frame.columns))}")
+    out_groups: dict[str, np.ndarray] = {}
+    notes: list[str] = []
+    for column in dict.fromkeys(list(protected) + list(spec)):
+        series = frame[column]
+        missing = series.isna().to_numpy()
+        rule = spec.get(column)
+        numeric = pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype)
+        values = series.dropna().unique()
+        if rule is None and len(values) == 2:
+            a, b = sorted(values, key=str)
+            member = (series == a).to_numpy() & ~missing
+            first, rest = f"{column} = {a}", f"{column} = {b}"
+        elif rule is None and not numeric:
+            top = series.value_counts().index[0]
+            member = (series == top).to_numpy() & ~missing
+            first, rest = f"{column} = {top}", f"{column} != {top}"
+        elif isinstance(rule, list):
+            member = series.isin(rule).to_numpy() & ~missing
+            shown = rule[0] if len(rule) == 1 else rule
+            first, rest = f"{column} = {shown}" if len(rule) == 1 else f"{column} in {shown}", f"{column} other"
+        else:
+            if not numeric:
+                raise ValidationError(f"groups: column {column!r} is not numeric, so it cannot be split at a threshold; "
+                                      f"name values instead (e.g. {column} = [\"{values[0] if len(values) else 'a'}\"])")
+            t = float(series.median()) if rule is None else float(rule)
+            member = (series < t).to_numpy() & ~missing
+            first, rest = f"{column} < {t:g}", f"{column} >= {t:g}"
+        if missing.any():
+            rest += " or missing"
+        if member.all() or not member.any():
+            notes.append(f"no gaps for {column!r}: every row falls in one group ({first if member.all() else rest})")
+            continue
+        out_groups[str(column)] = np.where(member, first, rest).astype(object)
+        notes.append(f"groups of {column!r}: {first} vs {rest}")
+    if flips:
+        out_flips = dict(flips)
+    else:
+        out_flips = {}
+        for column in protected:
+            values = frame[column].dropna().unique()
+            if 2 <= len(values) <= MAX_FLIP_VALUES:
+                ordered = sorted((v.item() if isinstance(v, np.generic) else v for v in values), key=str)
+                out_flips[str(column)] = ColumnValues.product({column: ordered})
+            else:
+                notes.append(f"no flip for {column!r} ({len(values)} distinct values): name the values to compare in the "
+                             f"config, e.g. [counterfactuals] {column} = [...]")
+    return out_groups, out_flips, notes
 
 
 # ---------------------------------------------------------------------------------- group gaps
@@ -255,6 +526,7 @@ def fairness_certificate(
     n_bootstrap: int = 0,
     confidence_level: float = 0.95,
     random_state: Any = None,
+    metric_X: Any = None,
 ) -> Certificate:
     """The certificate ``L(f) - (1/n) sum_i loss(f(x_i), y_i)`` of eq. (7), with a bootstrap interval.
 
@@ -305,6 +577,10 @@ def fairness_certificate(
         Level of the interval, in (0, 1).
     random_state : None, int or numpy Generator
         Seeds subsampling and bootstrap.
+    metric_X : array (n, d'), optional
+        The same rows in the fair metric's coordinates, when the model takes another form of them
+        (a raw table for a model with its own encoding, e.g. ``model.metric_matrix(X)`` of a budro
+        model with ``table_``).  Default: ``X`` itself, which must then be numeric.
 
     Returns
     -------
@@ -356,7 +632,9 @@ def fairness_certificate(
     if n == 0:
         raise ValidationError("X must have at least one row")
     losses, labels = _label_losses(model, X, y, loss)
-    X_num = _numeric(X)
+    X_num = _numeric(X if metric_X is None else metric_X)
+    if X_num.shape[0] != n:
+        raise ValidationError(f"metric_X has {X_num.shape[0]} rows but X has {n}")
     if max_samples is not None and n > max_samples:
         keep = np.sort(rng.choice(n, size=max_samples, replace=False))
         losses, labels, X_num = losses[keep], labels[keep], X_num[keep]

@@ -9,6 +9,7 @@ round, the time spent and tqdm's estimate of the time left::
 
 from __future__ import annotations
 
+import sys
 from typing import Any, TextIO
 
 __all__ = ["ProgressBar"]
@@ -59,8 +60,12 @@ class ProgressBar:
         if self._bar is not None and step == 0:
             self.close()  # a new fit with the same callback
         if self._bar is None:
+            params = dict(self.tqdm_params)
+            stream = sys.stderr if self.stream is None else self.stream
+            if not getattr(stream, "isatty", lambda: False)():
+                params.setdefault("mininterval", 5.0)  # a log file: a line every 5 s, not every round
             self._bar = tqdm(total=max(int(info.n_steps), 1), initial=step, desc=self.desc, unit="round",
-                             file=self.stream, disable=self.disable, dynamic_ncols=True, **self.tqdm_params)
+                             file=self.stream, disable=self.disable, dynamic_ncols=True, **params)
         self._bar.set_postfix({"robust": f"{info.record.robust_loss:.4f}", "plain": f"{info.record.plain_loss:.4f}"},
                               refresh=False)
         self._bar.update(step + 1 - self._bar.n)
