@@ -15,6 +15,9 @@ A plugin package implements one or more of these hooks and registers the module 
         yield budro.SolverPlugin(name="my-solver", factory=MySolver, description="...")
 
 budro's own backends, solvers and fair metrics are registered through these same hooks.
+``docs/plugins.md`` has the contracts, the closed capability sets and the conformance kits; a
+plugin that fails to import, raises here, yields a wrong record or collides on a name is reported
+(:class:`~budro.exceptions.PluginWarning`) and left out, not fatal.
 """
 
 from __future__ import annotations

@@ -288,6 +288,14 @@ def broken_env(fake_dists):
     """The default registry, for the CLI, with one working and one broken third-party plugin."""
     fake_dists("budro-good", _GOOD)
     fake_dists("budro-broken-import", "raise RuntimeError('kaput at import')\n")
+    fake_dists("budro-backend-impostor", """
+        import budro
+        from budro.solvers.lp import LPSolver
+
+        @budro.hookimpl
+        def budro_backends():
+            yield budro.BackendPlugin(name="xgboost", factory=LPSolver)
+    """)
     with use_registry(Registry()) as reg:
         yield reg
 
@@ -299,9 +307,10 @@ def test_cli_plugins_list_shows_broken_plugins(broken_env, capsys):
     captured = capsys.readouterr()
     rows = json.loads(captured.out)
     broken = [r for r in rows if r["status"] == "broken"]
-    assert len(broken) == 1 and broken[0]["source"] == "budro-broken-import" and "kaput at import" in broken[0]["error"]
+    assert {b["source"] for b in broken} == {"budro-broken-import", "budro-backend-impostor"}
+    assert any("kaput at import" in b["error"] for b in broken)
     assert any(r["name"] == "good-solver" and r["status"] == "ok" for r in rows)
-    assert captured.err.count("budro: warning:") == 1 and "budro-broken-import" in captured.err
+    assert captured.err.count("budro: warning:") == 2 and "budro-broken-import" in captured.err
     assert main(["plugins", "list"]) == 0
     out = capsys.readouterr().out
     assert "BROKEN (import)" in out and "kaput at import" in out and "good-solver" in out
@@ -335,6 +344,7 @@ def test_cli_fit_works_beside_a_broken_unrelated_plugin(broken_env, tmp_path, ca
     captured = capsys.readouterr()
     assert "model saved to" in captured.out
     assert "budro-broken-import" in captured.err and "Traceback" not in captured.err
+    assert "budro-backend-impostor" in captured.err and "backend.name" not in captured.err  # the built-in trained
 
 
 # ---------------------------------------------------------------------------- capabilities honoured
