@@ -118,6 +118,10 @@ class BuiltinBackend(Backend):
     #: The library's name in messages.
     LIBRARY: ClassVar[str] = ""
 
+    #: Categorical columns of the current model (class-level default: backends pickled before
+    #: categorical support unpickle without the attribute).
+    _categorical: tuple[int, ...] = ()
+
     def __init__(self, weight_scale: str = "n", **params: Any) -> None:
         owner = type(self).__name__
         if weight_scale not in WEIGHT_SCALES:
@@ -132,7 +136,7 @@ class BuiltinBackend(Backend):
         self._params = {**self.DEFAULT_PARAMS, **resolved}
         self._given_as = given_as
         self._check_param_values()
-        self._categorical: tuple[int, ...] = ()
+        self._categorical = ()
         self._reset()
 
     # -- to implement -------------------------------------------------------------------
