@@ -291,7 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"budro: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # Ctrl-C: one line, the shell's status for SIGINT (128 + 2)
-        print(f"\nbudro: {str(exc) or 'interrupted'}", file=sys.stderr)
+        newline = "\n" if getattr(sys.stderr, "isatty", lambda: False)() else ""  # past the terminal's ^C
+        print(f"{newline}budro: {str(exc) or 'interrupted'}", file=sys.stderr)
         return 130
 
 
