@@ -3,6 +3,7 @@ the prepared loader (``budro.datasets.load_adult``), on the same rows and the sa
 
     BUDRO_DATA_HOME=../shared/data python benchmarks/own_data.py                 # 2 splits, 60 trees
     BUDRO_DATA_HOME=../shared/data python benchmarks/own_data.py --splits 1 --n-steps 19   # smoke run
+    BUDRO_DATA_HOME=../shared/data python benchmarks/own_data.py --budget-table  # budget diagnosis only
 
 Both paths start from ``adult.data`` + ``adult.test``:
 
@@ -81,12 +82,54 @@ def settings(n_steps: int) -> dict:
     )
 
 
+#: (config, budgets) of the budget table: the paper's configs, at budgets that worked and failed (docs/results.md).
+BUDGET_CASES = (("german", (1.0, 3.0, 10.0)), ("compas", (0.001, 0.003, 0.03, 0.12)), ("adult", (0.4, 2.0)))
+
+
+def budget_table() -> str:
+    """The budget diagnosis (budro.budget) of each paper config's fair metric on its split-0 training part."""
+    import warnings as _w
+
+    from budro import registry
+    from budro.budget import RELABEL_SHARE, diagnose_budget
+    from budro.config import load_config
+    from budro.datasets import make_synthetic
+
+    lines = ["| data (config) | eps | nn scale | pairs at distance 0 | free relabel | relabel share | of the rest | warns |",
+             "|---|---|---|---|---|---|---|---|"]
+    cases = [("demo (budro demo)", None, (0.01,))] + [(f"{n} (experiments/{n}.toml)", n, e) for n, e in BUDGET_CASES]
+    for label, name, budgets in cases:
+        if name is None:
+            X, y, _ = make_synthetic(random_state=0)
+            metric = registry.create("fair_metric", "sensitive-subspace", fit_linear_models=False).fit(X, [0], y=y)
+        else:
+            cfg = load_config(f"experiments/{name}.toml")
+            train, _ = cfg.load_dataset().train_test_split(0.2, random_state=0)
+            X, y = train.X.to_numpy(float), train.y
+            with _w.catch_warnings():
+                _w.simplefilter("ignore")
+                metric = registry.create("fair_metric", cfg.fair_metric, **cfg.fair_metric_params).fit(
+                    X, train.protected_indices, y=y)
+        d = diagnose_budget(metric, X, y)
+        for eps in budgets:
+            warns = "yes" if d.paid_relabel_share(eps) >= RELABEL_SHARE else "no"
+            lines.append(f"| {label} | {eps:g} | {d.nn_scale:.4g} | {100 * d.zero_pair_share:.1f}% | "
+                         f"{100 * d.free_relabel_share:.1f}% | {100 * d.relabel_share(eps):.1f}% | "
+                         f"{100 * d.paid_relabel_share(eps):.1f}% | {warns} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--budget-table", action="store_true",
+                    help="only print the budget diagnosis of the paper's configs (seconds) and exit")
     ap.add_argument("--splits", type=int, default=2, help="random 80/20 splits, seeds 0.. (default: %(default)s)")
     ap.add_argument("--n-steps", type=int, default=59, help="BuDRO rounds after f_0 (default: %(default)s)")
     ap.add_argument("--report", default="docs/your-own-data.md", help="markdown file with the markers ('' = none)")
     args = ap.parse_args(argv)
+    if args.budget_table:
+        print(budget_table())
+        return 0
     if args.splits < 1 or args.n_steps < 0:
         ap.error("--splits must be >= 1 and --n-steps >= 0")
 

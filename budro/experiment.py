@@ -342,7 +342,7 @@ def input_files(cfg: Config) -> dict[str, Path]:
         if key == "path" or key.endswith("_path") or key == "paths":
             for v in values:
                 if isinstance(v, str):
-                    path = Path(v).expanduser()
+                    path = Path(os.path.expandvars(v)).expanduser()  # as the data sources read it
                     found[v] = path if path.is_absolute() else cfg.base_dir / path
     source = data.get("source")
     if isinstance(source, str) and any(name.startswith(source + "/") for name in DATA_FILES):
