@@ -146,6 +146,7 @@ def sgd_cases(draw):
     return problem, solver, eta0
 
 
+@pytest.mark.filterwarnings("ignore::budro.exceptions.ConvergenceWarning")  # unpolished SGD
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=sgd_cases())
 def test_property_unpolished_sgd_is_always_feasible_and_certified(case):
@@ -158,6 +159,7 @@ def test_property_unpolished_sgd_is_always_feasible_and_certified(case):
     assert solver.objective_tolerance(problem) == math.inf
 
 
+@pytest.mark.filterwarnings("ignore::budro.exceptions.ConvergenceWarning")  # unpolished SGD
 def test_the_paper_argmax_plan_breaks_the_budget_where_dual_sgd_does_not():
     rng = np.random.default_rng(12)
     over = 0
@@ -173,6 +175,7 @@ def test_the_paper_argmax_plan_breaks_the_budget_where_dual_sgd_does_not():
     assert over >= 1
 
 
+@pytest.mark.filterwarnings("ignore::budro.exceptions.ConvergenceWarning")  # unpolished SGD
 def test_seeded_runs_repeat_and_warm_start_is_used():
     rng = np.random.default_rng(13)
     problem = make_problem(rng, 80, frac=0.2)
@@ -195,6 +198,7 @@ def test_seeded_runs_repeat_and_warm_start_is_used():
     assert abs(math.log(warm.eta / exact.eta)) < 0.3
 
 
+@pytest.mark.filterwarnings("ignore::budro.exceptions.ConvergenceWarning")  # unpolished SGD
 def test_polishing_falls_back_to_the_exact_dual():
     rng = np.random.default_rng(14)
     problem = make_problem(rng, 50, frac=0.2)

@@ -18,9 +18,10 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import budro.registry
-from budro.exceptions import ValidationError
+from budro.exceptions import ConvergenceWarning, ValidationError
 from budro.plugin_types import REQUIRED, SolverPlugin
 from budro.solvers.dual import DualSolver
+from budro.solvers._convergence import convergence_message
 from budro.solvers.entropic import EntropicSGDSolver, EntropicSolver
 from budro.testing._solvers import reference_bounds
 from budro.transport import Cost, DenseCost, EmbeddingCost, NeighborCost, TransportProblem
@@ -367,7 +368,14 @@ def test_iteration_limit_still_returns_a_feasible_certified_plan():
     problem = TransportProblem(losses, labels, cost, 0.05 * cost.column_block(0, n).mean())
     lp = reference_optimum(problem)
     for max_iter in (1, 2, 3):
-        res = EntropicSolver(max_iter=max_iter).solve(problem)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = EntropicSolver(max_iter=max_iter).solve(problem)
+        # a warning exactly when the solve stopped short, naming the limit
+        assert [str(w.message) for w in caught if w.category is ConvergenceWarning] == (
+            [] if res.converged else [convergence_message(EntropicSolver(max_iter=max_iter), res)])
+        if not res.converged:
+            assert f"max_iter={max_iter}" in convergence_message(EntropicSolver(max_iter=max_iter), res)
         check_feasible(problem, res)
         assert res.dual_objective >= lp - 1e-9
         assert res.info["gap_bound"] >= lp - res.objective - 1e-9
@@ -376,6 +384,7 @@ def test_iteration_limit_still_returns_a_feasible_certified_plan():
 # ---------------------------------------------------------------------------- entropic-sgd
 
 
+@pytest.mark.filterwarnings("ignore::budro.exceptions.ConvergenceWarning")  # unpolished SGD
 def test_sgd_is_deterministic_for_an_integer_seed_and_varies_with_it():
     rng = np.random.default_rng(19)
     n = 300
@@ -392,6 +401,7 @@ def test_sgd_is_deterministic_for_an_integer_seed_and_varies_with_it():
     assert solver.solve(problem).info["eta_sgd"] != solver.solve(problem).info["eta_sgd"]  # a Generator is consumed
 
 
+@pytest.mark.filterwarnings("ignore::budro.exceptions.ConvergenceWarning")  # unpolished SGD
 def test_sgd_approaches_the_root():
     rng = np.random.default_rng(20)
     n = 400
@@ -407,6 +417,7 @@ def test_sgd_approaches_the_root():
     assert warm.info["eta_sgd"] == pytest.approx(exact.eta, rel=0.1)
 
 
+@pytest.mark.filterwarnings("ignore::budro.exceptions.ConvergenceWarning")  # unpolished SGD
 def test_sgd_plan_over_budget_is_mixed_with_the_identity():
     rng = np.random.default_rng(21)
     n = 40

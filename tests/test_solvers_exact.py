@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from budro.exceptions import ValidationError
+from budro.exceptions import ConvergenceWarning, ValidationError
 from budro.plugin_types import REQUIRED, SolverPlugin
 from budro.solvers.dual import DualSolver
 from budro.solvers.lp import LPSolver
@@ -470,7 +470,9 @@ def test_iteration_limit_still_returns_a_feasible_plan():
     full = DualSolver().solve(problem)
     assert full.n_iter > 3
     for max_iter in (1, 2, 3):
-        res = DualSolver(max_iter=max_iter).solve(problem)
+        with pytest.warns(ConvergenceWarning, match=f"solver 'dual' stopped before convergence after {max_iter} "
+                                                    f"iteration.*max_iter={max_iter}"):
+            res = DualSolver(max_iter=max_iter).solve(problem)
         assert res.n_iter == max_iter
         assert not res.converged
         check_feasible(problem, res)
