@@ -7,6 +7,8 @@ from importlib import metadata
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from budro import registry
 from budro.exceptions import ValidationError
@@ -56,6 +58,33 @@ def test_example_solver_agrees_with_the_builtin_exact_solvers():
             reference = registry.create("solver", "lp").solve(problem)
             assert ours.objective == pytest.approx(reference.objective, rel=1e-9, abs=1e-12)
             assert ours.transport_cost <= problem.eps * (1 + 1e-9) + 1e-12
+
+
+@st.composite
+def _dense_tie_heavy_problems(draw):
+    """Small dense instances with integer losses (ties), duplicated points and every kind of budget."""
+    from budro.transport import EmbeddingCost, TransportProblem
+
+    n = draw(st.integers(1, 25))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    base = rng.integers(-2, 3, size=(draw(st.integers(1, n)), draw(st.integers(1, 3)))).astype(float)
+    Z = base[rng.integers(0, len(base), size=n)]
+    K = draw(st.sampled_from([2, 3]))
+    losses = rng.integers(0, 4, size=(n, K)).astype(float)
+    if draw(st.booleans()):
+        losses = losses + rng.normal(scale=0.1, size=(n, K))
+    cost = EmbeddingCost(Z)
+    C = cost.column_block(0, n)
+    eps = draw(st.sampled_from([0.0, 1e-3 * float(C.mean()), 0.3 * float(C.mean()), float(C.max()) + 1.0]))
+    return TransportProblem(losses, rng.integers(0, K, size=n), cost, eps)
+
+
+@_needs("budro-example-solver")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=_dense_tie_heavy_problems())
+def test_property_example_solver_is_exact_on_tie_heavy_problems(problem):
+    check_solver(registry.create("solver", "example-breakpoints"), problems=[problem], n_instances=0,
+                 edge_cases=False, costs=("dense",))
 
 
 @_needs("budro-example-solver")
