@@ -235,7 +235,7 @@ def test_raw_adult_files_train_predict_and_audit_through_the_example_configs(tmp
     cfg = load_config(EXAMPLES / "adult-raw.toml")
     cfg.n_steps, cfg.n_neighbors = 3, 8
     X, y = cfg.load_data()
-    assert X.shape == (32561, 13) and set(y) == {"<=50K", ">50K"} and X["workclass"].isna().sum() == 1836
+    assert X.shape == (32561, 12) and set(y) == {"<=50K", ">50K"} and X["workclass"].isna().sum() == 1836
     clf = cfg.estimator().fit(X, y)
     from budro.persist import save_model
 
