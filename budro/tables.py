@@ -14,6 +14,10 @@ sorted order.  It then produces
   standardised (training mean and standard deviation), categorical columns imputed with the most
   frequent training category and one-hot encoded (an unseen category: all zeros).
 
+In both matrices the numeric and boolean columns come first (in table order), then the
+categorical ones (in table order); :attr:`TableEncoder.booster_feature_names_` and
+:attr:`TableEncoder.metric_feature_names_` name every column (``"race=White"`` for one-hot).
+
 Inputs: pandas, polars and other DataFrames that narwhals reads (pyarrow tables included), and
 2-D numpy arrays (columns are then named by position).  Column kinds, from the column's dtype:
 
@@ -80,6 +84,8 @@ TRUSTED_TYPES = (
 _STATE_FORMAT = "budro.TableEncoder"
 _STATE_VERSION = 1
 _BLOB = "table_transformers.skops"
+#: Code of a category not seen in training (the one-hot encoders, knowing only 0..k-1, give it zeros).
+_UNSEEN = -1
 
 
 class UnseenCategoryWarning(UserWarning):
@@ -179,10 +185,14 @@ def _as_float(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
     return out
 
 
-def _as_strings(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
-    out = np.empty(values.shape[0], dtype=object)
-    out[:] = np.nan
-    out[~missing] = [v if isinstance(v, str) else str(v) for v in values[~missing]]
+def _as_strings(values: np.ndarray, missing: np.ndarray, *, convert: bool = True) -> np.ndarray:
+    """Object array of the values as strings, NaN where missing (``convert=False``: they are
+    strings already)."""
+    out = np.array(values, dtype=object, copy=True)
+    present = ~missing
+    if convert:
+        out[present] = [v if isinstance(v, str) else str(v) for v in out[present]]
+    out[missing] = np.nan
     return out
 
 
@@ -213,7 +223,7 @@ def _read_columns(X: Any, what: str) -> tuple[list[_Column], bool]:
             values = _as_strings(raw, missing) if kind == "categorical" else _as_float(raw, missing)
         elif _is_categorical(dtype):
             raw = np.asarray(series.cast(nw.String).to_numpy(), dtype=object)
-            values = _as_strings(raw, missing)
+            values = _as_strings(raw, missing, convert=False)
             kind = "categorical"
         else:
             raise ValidationError(
@@ -348,19 +358,23 @@ class TableEncoder:
         if self._numeric_names():
             transformers["metric_numeric"] = make_pipeline(SimpleImputer(strategy="median"), StandardScaler()).fit(num)
         if cat_lists:
-            transformers["metric_categorical"] = make_pipeline(
-                SimpleImputer(strategy="most_frequent", missing_values=np.nan),
-                OneHotEncoder(categories=cat_lists, handle_unknown="ignore", sparse_output=False, dtype=np.float64),
+            # Strings -> codes of the sorted training categories once (missing: NaN, unseen:
+            # _UNSEEN); everything else works on the codes (numeric encoders, no object arrays).
+            codes_encoder = OrdinalEncoder(
+                categories=cat_lists, handle_unknown="use_encoded_value", unknown_value=_UNSEEN,
+                encoded_missing_value=np.nan, dtype=np.float64,
             ).fit(cat)
-            if native_categorical:
-                transformers["booster_categorical"] = OrdinalEncoder(
-                    categories=cat_lists, handle_unknown="use_encoded_value", unknown_value=np.nan,
-                    encoded_missing_value=np.nan, dtype=np.float64,
-                ).fit(cat)
-            else:
-                transformers["booster_categorical"] = OneHotEncoder(
-                    categories=cat_lists, handle_unknown="ignore", sparse_output=False, dtype=np.float64,
-                ).fit(cat)
+            codes = _codes(codes_encoder, cat, [c for c in cols if c.kind == "categorical"])
+            code_lists = [np.arange(len(c), dtype=np.float64) for c in cat_lists]
+            transformers["codes"] = codes_encoder
+            transformers["metric_categorical"] = make_pipeline(
+                SimpleImputer(strategy="most_frequent"),
+                OneHotEncoder(categories=code_lists, handle_unknown="ignore", sparse_output=False, dtype=np.float64),
+            ).fit(codes)
+            if not native_categorical:
+                transformers["booster_onehot"] = OneHotEncoder(
+                    categories=code_lists, handle_unknown="ignore", sparse_output=False, dtype=np.float64,
+                ).fit(codes)
         self._transformers = transformers
         self._layout()
         return self
@@ -415,51 +429,26 @@ class TableEncoder:
         return num_block, cat_block
 
     def _layout(self) -> None:
-        """Column orders of both matrices: raw column order, one-hot columns in place."""
+        """Columns of both matrices: the numeric and boolean columns (in table order), then the
+        categorical ones (in table order; one code column each, or their one-hot columns)."""
         numeric, categorical = self._numeric_names(), self._categorical_names()
         cats = self.categories_
-        p = len(numeric)
-        # Booster matrix: numeric block, then category block (codes or one-hot).
-        offsets, pos = {}, p
+        names = list(numeric)
+        metric_names = list(numeric)
+        protected_idx = [numeric.index(c) for c in numeric if c in self.protected_columns_]
+        if self.native_categorical_:
+            self.categorical_features_ = tuple(range(len(numeric), len(numeric) + len(categorical)))
+            names.extend(categorical)
+        else:
+            self.categorical_features_ = ()
+            names.extend(f"{name}={c}" for name in categorical for c in cats[name])
         for name in categorical:
-            width = 1 if self.native_categorical_ else len(cats[name])
-            offsets[name] = (pos, width)
-            pos += width
-        order, names, code_cols = [], [], []
-        metric_order, metric_names, protected_idx = [], [], []
-        m_offsets, mpos = {}, p
-        for name in categorical:
-            m_offsets[name] = (mpos, len(cats[name]))
-            mpos += len(cats[name])
-        for name in self.columns_:
-            if self.kinds_[name] != "categorical":
-                j = numeric.index(name)
-                order.append(j)
-                names.append(name)
-                if name in self.protected_columns_:
-                    protected_idx.append(len(metric_order))
-                metric_order.append(j)
-                metric_names.append(name)
-                continue
-            start, width = offsets[name]
-            if self.native_categorical_:
-                code_cols.append(len(order))
-                order.append(start)
-                names.append(name)
-            else:
-                order.extend(range(start, start + width))
-                names.extend(f"{name}={c}" for c in cats[name])
-            mstart, mwidth = m_offsets[name]
             if name in self.protected_columns_:
-                protected_idx.extend(range(len(metric_order), len(metric_order) + mwidth))
-            metric_order.extend(range(mstart, mstart + mwidth))
+                protected_idx.extend(range(len(metric_names), len(metric_names) + len(cats[name])))
             metric_names.extend(f"{name}={c}" for c in cats[name])
-        self._booster_order = np.asarray(order, dtype=np.intp)
-        self._metric_order = np.asarray(metric_order, dtype=np.intp)
         self.booster_feature_names_ = tuple(names)
         self.metric_feature_names_ = tuple(metric_names)
-        self.categorical_features_ = tuple(code_cols)
-        self.protected_metric_indices_ = tuple(protected_idx)
+        self.protected_metric_indices_ = tuple(sorted(protected_idx))
 
     # -- transforming ----------------------------------------------------------------------
     def _check_fitted(self) -> None:
@@ -513,14 +502,22 @@ class TableEncoder:
             )
         return out
 
-    def _warn_unseen(self, cols: list[_Column]) -> None:
-        for c in cols:
-            if c.kind != "categorical":
-                continue
-            present = c.values[~c.missing]
-            known = np.isin(present, np.asarray(self.categories_[c.name], dtype=object))
-            if not known.all():
-                unseen = sorted(set(present[~known]))
+    def _encode(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(numeric block, category codes) of new rows, warning about unseen categories."""
+        cols = self._columns_for(X)
+        num, cat = self._blocks(cols)
+        if not cat.shape[1]:
+            return num, np.empty((num.shape[0], 0))
+        cat_cols = [c for c in cols if c.kind == "categorical"]
+        codes = _codes(self._transformers["codes"], cat, cat_cols)
+        self._warn_unseen(cat_cols, codes)
+        return num, codes
+
+    def _warn_unseen(self, cols: list[_Column], codes: np.ndarray) -> None:
+        for j, c in enumerate(cols):
+            unknown = codes[:, j] == _UNSEEN
+            if unknown.any():
+                unseen = sorted(set(c.values[unknown]))
                 shown = ", ".join(map(repr, unseen[:10])) + (f" and {len(unseen) - 10} more" if len(unseen) > 10 else "")
                 warnings.warn(
                     f"column {c.name!r} has {len(unseen)} value{'s' if len(unseen) > 1 else ''} not seen in training "
@@ -532,29 +529,27 @@ class TableEncoder:
     def booster_matrix(self, X: Any) -> np.ndarray:
         """``X`` as the booster's float64 matrix (see the module docstring); columns
         :attr:`booster_feature_names_`, category codes in :attr:`categorical_features_`."""
-        cols = self._columns_for(X)
-        self._warn_unseen(cols)
-        num, cat = self._blocks(cols)
+        num, codes = self._encode(X)
         if not self.native_missing_ and num.shape[1]:
             num = self._transformers["metric_numeric"][0].transform(num)
         blocks = [num]
-        if cat.shape[1]:
-            blocks.append(self._transformers["booster_categorical"].transform(cat))
+        if codes.shape[1]:
+            if self.native_categorical_:
+                blocks.append(np.where(codes == _UNSEEN, np.nan, codes))  # unseen: as missing
+            else:
+                blocks.append(self._transformers["booster_onehot"].transform(codes))
         full = np.hstack(blocks) if len(blocks) > 1 else num
-        return np.ascontiguousarray(full[:, self._booster_order], dtype=np.float64)
+        return np.ascontiguousarray(full, dtype=np.float64)
 
     def metric_matrix(self, X: Any) -> np.ndarray:
         """``X`` in the fair metric's coordinates (float64, no NaN); columns
         :attr:`metric_feature_names_`, protected ones :attr:`protected_metric_indices_`."""
-        cols = self._columns_for(X)
-        self._warn_unseen(cols)
-        num, cat = self._blocks(cols)
-        blocks = []
-        blocks.append(self._transformers["metric_numeric"].transform(num) if num.shape[1] else num)
-        if cat.shape[1]:
-            blocks.append(self._transformers["metric_categorical"].transform(cat))
+        num, codes = self._encode(X)
+        blocks = [self._transformers["metric_numeric"].transform(num) if num.shape[1] else num]
+        if codes.shape[1]:
+            blocks.append(self._transformers["metric_categorical"].transform(codes))
         full = np.hstack(blocks) if len(blocks) > 1 else blocks[0]
-        return np.ascontiguousarray(full[:, self._metric_order], dtype=np.float64)
+        return np.ascontiguousarray(full, dtype=np.float64)
 
     # -- persistence -----------------------------------------------------------------------
     def to_state(self) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -629,6 +624,15 @@ class TableEncoder:
                 f"{counts['categorical']} categorical; protected {list(self.protected_columns_)})")
 
 
+def _codes(encoder: Any, cat: np.ndarray, cols: list[_Column]) -> np.ndarray:
+    """Category codes: NaN where the value is missing, :data:`_UNSEEN` where it is not a training
+    category (the encoder, knowing no missing category, calls both unknown)."""
+    codes = encoder.transform(cat)
+    for j, c in enumerate(cols):
+        codes[c.missing, j] = np.nan
+    return codes
+
+
 def _stored_types(blob: bytes) -> set[str]:
     """Every type named in a skops file's schema (a JSON member of the zip), read without loading
     anything: skops itself trusts every scikit-learn class, budro only :data:`TRUSTED_TYPES`."""
@@ -663,7 +667,8 @@ def _check_transformers(transformers: Any) -> None:
     expected = {
         "metric_numeric": (SimpleImputer, StandardScaler),
         "metric_categorical": (SimpleImputer, OneHotEncoder),
-        "booster_categorical": ((OneHotEncoder, OrdinalEncoder),),
+        "codes": (OrdinalEncoder,),
+        "booster_onehot": (OneHotEncoder,),
     }
     if not isinstance(transformers, dict) or not set(transformers) <= set(expected):
         raise ValidationError("stored TableEncoder: unexpected transformers")

@@ -86,6 +86,11 @@ def test_pandas_polars_and_arrow_give_the_same_matrices(native):
         ["age", "sex=Female", "sex=Male"] + [f"race={r}" for r in RACES])
     assert abs(M[:, names.index("hours")].mean()) < 1e-12
     assert np.array_equal(M[:, [names.index(f"race={r}") for r in RACES]].sum(1), np.ones(len(frame)))
+    # a missing category is imputed with the most frequent training one (not all zeros)
+    gone = frame["workclass"].isna().to_numpy()
+    top = frame["workclass"].value_counts().idxmax()
+    assert gone.any() and (M[gone, names.index(f"workclass={top}")] == 1).all()
+    assert (M[gone][:, [i for i, n in enumerate(names) if n.startswith("workclass=")]].sum(1) == 1).all()
 
 
 def test_category_order_and_dtype_do_not_change_the_codes():
