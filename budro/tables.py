@@ -231,6 +231,7 @@ def _read_columns(X: Any, what: str) -> tuple[list[_Column], bool]:
                 f"(e.g. days since a date) or to strings, or drop it"
             )
         cols.append(_Column(name, kind, values, missing, str(dtype)))
+    _check_finite(cols, what)
     return cols, named
 
 
@@ -256,7 +257,17 @@ def _read_array(X: Any, what: str) -> list[_Column]:
         else:
             raise ValidationError(f"{what}: column {j} has dtype {col.dtype}, which budro cannot use; convert it to numbers or strings")
         cols.append(_Column(str(j), kind, values, missing, str(col.dtype)))
+    _check_finite(cols, what)
     return cols
+
+
+def _check_finite(cols: list[_Column], what: str) -> None:
+    for c in cols:
+        if c.kind != "categorical" and np.isinf(c.values).any():
+            raise ValidationError(
+                f"{what}: column {c.name!r} holds infinite values (first in row {int(np.argmax(np.isinf(c.values)))}); "
+                f"replace them by a number or by a missing value"
+            )
 
 
 # -- the encoder ---------------------------------------------------------------------------

@@ -170,6 +170,8 @@ def test_fit_errors_name_the_column():
         TableEncoder().fit(frame, protected=["gender"], native_categorical=True)
     with pytest.raises(ValidationError, match="column 'when' has dtype Datetime"):
         TableEncoder().fit(frame.assign(when=pd.Timestamp("2024-01-01")), native_categorical=True)
+    with pytest.raises(ValidationError, match="column 'age' holds infinite values \\(first in row 2\\)"):
+        TableEncoder().fit(frame.assign(age=[1.0, 2.0, np.inf] + [3.0] * 57), native_categorical=True)
     with pytest.raises(ValidationError, match="native_categorical=True needs native_missing=True"):
         TableEncoder().fit(frame, native_categorical=True, native_missing=False)
 
