@@ -21,6 +21,32 @@ Example (TOML)::
     name = "sensitive-subspace"
     fit_linear_models = false
 
+Files as they come (``source = "csv"`` or ``"parquet"``) are read by pyarrow into a pandas
+DataFrame and kept raw: strings stay strings, missing values stay missing, and the estimator's
+table encoder (:mod:`budro.tables`) turns them into numbers.  The raw UCI Adult test file, for
+example (no header, a junk first line, ", " between fields, "?" for missing, labels "<=50K.")::
+
+    [data]
+    source = "csv"
+    path = "$BUDRO_DATA_HOME/adult/adult.test"
+    header = false                # the file has no header line: name the columns
+    names = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status",
+             "occupation", "relationship", "race", "sex", "capital-gain", "capital-loss",
+             "hours-per-week", "native-country", "income"]
+    skip_rows = 1                 # lines skipped before the header (or the first data line)
+    separator = ", "              # one character, spaces around it are stripped from the fields
+    na_values = ["?"]             # besides pyarrow's defaults ("", "NA", "N/A", "NaN", "null", ...)
+    label = "income"
+    label_strip = "."             # characters stripped from both ends of string labels
+    # label_map = { "<=50K." = 0, ">50K." = 1 }   # or: rename label values
+    # drop = ["fnlwgt"]           # columns not to train on
+
+CSV keys: ``path``, ``label`` (required), ``header`` (default true), ``names`` (their count must
+match the file's), ``separator`` (default ","), ``na_values``, ``skip_rows``, ``strip_whitespace``
+(default true: spaces around text fields removed, and a column that was text only because of
+them or of ``na_values`` gets its numeric type back), ``drop``, ``label_strip``, ``label_map``.
+Parquet keys: ``path``, ``label``, ``drop``, ``label_strip``, ``label_map``.
+
 A plugin section may also be just its name: ``solver = "dual"``.  Everything is validated before
 training: unknown keys, wrong types, unknown plugin names and parameter values are rejected with
 a message naming the key.
@@ -103,7 +129,9 @@ class Config:
 
         For the data sets ``german``, ``adult`` and ``compas`` the continuous columns are
         standardised with the statistics of all rows (the model then expects standardised input);
-        experiments standardise on each training split instead (:meth:`load_dataset`).
+        experiments standardise on each training split instead (:meth:`load_dataset`).  A
+        ``csv`` or ``parquet`` file gives a raw pandas DataFrame (strings, categories and missing
+        values as in the file) for the estimator's table encoder.
         """
         if self.data is None:
             raise ConfigError("config has no [data] section: say which data to train on (e.g. source = \"synthetic\")")
