@@ -275,6 +275,25 @@ def test_backends_get_category_codes_when_they_declare_it(backend, params):
     assert np.isfinite(p).all() and np.array_equal(clf.predict_proba(as_polars(frame)), p)
 
 
+@pytest.fixture(scope="module")
+def fitted_on_people():
+    frame, y = people(120)
+    return frame, _clf(protected=["sex"]).fit(frame, y)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_rows=st.integers(1, 120), reverse=st.booleans())
+def test_predictions_do_not_depend_on_row_or_category_order(fitted_on_people, seed, n_rows, reverse):
+    frame, clf = fitted_on_people
+    full = clf.predict_proba(frame)
+    rows = np.random.default_rng(seed).permutation(len(frame))[:n_rows]
+    part = frame.iloc[rows]
+    cats = sorted(part["race"].unique(), reverse=reverse)
+    part = part.assign(race=pd.Categorical(part["race"], categories=cats), sex=part["sex"].astype(str))
+    assert np.array_equal(clf.predict_proba(part), full[rows])
+    assert np.array_equal(clf.predict_proba(as_polars(part)), full[rows])
+
+
 def test_metric_sees_the_embedding_and_booster_the_raw_columns():
     frame, y = people(80)
     clf = _clf(protected=["race"]).fit(frame, y)
