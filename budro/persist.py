@@ -407,7 +407,10 @@ def load_model(path: str | os.PathLike, *, trusted: bool = False) -> Any:
         return ModelFileError(f"{label!r}: {msg}")
 
     manifest, members = read_archive(path, lambda m: _check_format(m, fail), what="budro model file")
-    spec = _check_manifest(manifest, members, fail)
+    try:
+        spec = _check_manifest(manifest, members, fail)
+    except RecursionError:
+        raise fail("the manifest is nested too deeply") from None
     arrays = {name: _load_npy(data, name, fail) for name, data in members.items() if name.startswith(_ARRAY_PREFIX)}
     return _build(spec, manifest, members, arrays, fail)
 
@@ -442,7 +445,7 @@ def _check_manifest(manifest: dict[str, Any], members: dict[str, bytes], fail) -
     _expect(manifest["created_by"], dict, "created_by", fail)
 
     est = _keys(manifest["estimator"], {"class", "params"}, "estimator", fail)
-    if est["class"] not in _ESTIMATORS:
+    if not isinstance(est["class"], str) or est["class"] not in _ESTIMATORS:
         raise fail(f"estimator.class is {est['class']!r}; this budro reads {', '.join(_ESTIMATORS)}")
     spec.cls = _import(_ESTIMATORS[est["class"]])
     _expect(est["params"], dict, "estimator.params", fail)
@@ -527,15 +530,15 @@ def _build(spec: _Spec, manifest: dict[str, Any], members: dict[str, bytes], arr
         raise fail(f"estimator.params are not valid for {spec.cls.__name__}: {exc}") from None
     try:
         metric = metric_from_dict(spec.metric_state)
-    except ValidationError as exc:
-        raise fail(f"fitted.fair_metric: {exc}") from None
+    except Exception as exc:  # the dict is the file's: whatever it makes the reader raise is the file's fault
+        raise fail(f"fitted.fair_metric: {exc if isinstance(exc, ValidationError) else f'{type(exc).__name__}: {exc}'}") from None
     n_metric = getattr(metric, "n_features_in_", None)
     if spec.table is None and n_metric is not None and n_metric != spec.n_features:
         raise fail(f"fitted.fair_metric is for {n_metric} features, the booster for {spec.n_features}")
 
     try:
         backend = registry.create("backend", spec.backend_name, **spec.backend_params)
-    except BudroError as exc:
+    except Exception as exc:  # the parameters are the file's
         raise fail(f"backend {spec.backend_name!r} cannot be created: {exc}") from None
     if getattr(backend, "native_format", "") != spec.native_format:
         raise fail(f"backend.native_format is {spec.native_format!r}, but the {spec.backend_name!r} backend of this "
@@ -543,8 +546,8 @@ def _build(spec: _Spec, manifest: dict[str, Any], members: dict[str, bytes], arr
     try:
         backend.load_native_bytes(members[spec.booster_member], n_classes=spec.n_classes, n_features=spec.n_features,
                                   categorical_features=spec.categorical)
-    except BudroError as exc:
-        raise fail(f"member {spec.booster_member!r}: {exc}") from None
+    except Exception as exc:  # budro's checks, or the library refusing the bytes
+        raise fail(f"member {spec.booster_member!r}: {exc if isinstance(exc, BudroError) else f'{type(exc).__name__}: {exc}'}") from None
     if int(backend.n_classes_) != len(spec.classes) or int(backend.n_features_in_) != spec.n_features:
         raise fail(f"the booster has {backend.n_classes_} classes and {backend.n_features_in_} features; the manifest "
                    f"says {len(spec.classes)} and {spec.n_features}")
@@ -559,7 +562,8 @@ def _build(spec: _Spec, manifest: dict[str, Any], members: dict[str, bytes], arr
     est.history_ = spec.history
     est.time_setup_ = spec.time_setup
     est.last_transport_ = None
-    est.solver_ = _solver(est)
+    _check_backend_params(est, spec, fail)
+    est.solver_ = _solver(est, fail)
     est.table_ = _load_table(spec.table, members, fail) if spec.table is not None else None
     for name, value in spec.extra.items():
         try:
@@ -569,16 +573,45 @@ def _build(spec: _Spec, manifest: dict[str, Any], members: dict[str, bytes], arr
     return est
 
 
-def _solver(est: Any) -> Any:
-    from budro import registry
+def _check_backend_params(est: Any, spec: _Spec, fail) -> None:
+    """``manifest["backend"]`` must be what the estimator's parameters make."""
+    try:
+        name, params = _plugin_params(est, "backend", "backend")
+    except Exception as exc:  # the parameters are the file's
+        raise fail(f"estimator.params do not name a usable backend: {exc}") from None
+    if name != spec.backend_name or not _equal(params, spec.backend_params):
+        raise fail(f"backend.name and backend.params ({spec.backend_name!r}, {_short(spec.backend_params)}) are not "
+                   f"what estimator.params make ({name!r}, {_short(params)})")
 
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return type(a) is type(b) and (a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)))
+
+
+def _solver(est: Any, fail) -> Any:
+    """The solver the estimator's parameters make (a solver keeps no fitted state).  A solver
+    plugin that is not installed here gives ``None`` and a warning (predictions do not need it);
+    parameters that no solver takes make the file refused."""
+    from budro import registry
+    from budro.exceptions import UnknownPluginError
+
+    if not isinstance(est.solver, str):
+        raise fail(f"estimator.params: solver must be a plugin name (a string), got {_short(est.solver)}")
     try:
         name, params = _plugin_params(est, "solver", "solver")
         return registry.create("solver", name, **params)
-    except BudroError as exc:
-        warnings.warn(f"the loaded model's solver could not be re-created ({exc}); solver_ is None. Predictions "
-                      "do not need it.", stacklevel=3)
+    except UnknownPluginError as exc:
+        warnings.warn(f"the loaded model's solver is not available here ({exc}); solver_ is None. Predictions do "
+                      "not need it.", stacklevel=3)
         return None
+    except Exception as exc:  # the parameters are the file's
+        raise fail(f"estimator.params: the solver cannot be created: {exc}") from None
 
 
 def _load_table(table: dict[str, Any], members: dict[str, bytes], fail) -> Any:
@@ -725,7 +758,7 @@ def _decode(value: Any, where: str, members: dict[str, bytes], fail) -> Any:
     if isinstance(value, dict):
         if _DATACLASS in value:
             _keys(value, {_DATACLASS, "fields"}, where, fail)
-            if value[_DATACLASS] not in _DATACLASSES:
+            if not isinstance(value[_DATACLASS], str) or value[_DATACLASS] not in _DATACLASSES:
                 raise fail(f"{where} names class {_short(value[_DATACLASS])}; a model file may hold "
                            f"{', '.join(_DATACLASSES)} only")
             fields = _expect(value["fields"], dict, f"{where}.fields", fail)
@@ -734,7 +767,7 @@ def _decode(value: Any, where: str, members: dict[str, bytes], fail) -> Any:
             if len(value) != 1:
                 raise fail(f"{where}: {_short(value)} mixes a reserved key with others")
             if _FLOAT in value:
-                if value[_FLOAT] not in _NONFINITE:
+                if not isinstance(value[_FLOAT], str) or value[_FLOAT] not in _NONFINITE:
                     raise fail(f"{where}.{_FLOAT} must be 'NaN', 'Infinity' or '-Infinity', got {_short(value[_FLOAT])}")
                 return _NONFINITE[value[_FLOAT]]
             if _TUPLE in value:

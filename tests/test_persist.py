@@ -424,3 +424,45 @@ def test_load_any_model_checks_xgboost_json_before_xgboost_reads_it(xgb_model, t
     (tmp_path / "crafted.json").write_text(json.dumps(model))
     with pytest.raises(ModelFileError, match="crafted.json.*not a usable XGBoost model"):
         load_any_model(tmp_path / "crafted.json")
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, prefix + (i,))
+
+
+_json = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-3, 10**12), st.floats(allow_nan=False, allow_infinity=False),
+                               st.text(max_size=6), st.sampled_from(["NaN", "Infinity", "<U3", "|b1", "arrays/0.npy"])),
+                     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                     max_leaves=6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_edit_of_a_manifest_value_loads_the_same_predictions_or_is_refused(data, xgb_model, tmp_path):
+    """Replace any value of the manifest (the CRC is rewritten, as an author would): budro either
+    refuses the file with ModelFileError or the model predicts exactly as before; nothing else."""
+    clf, X = xgb_model
+    path = save_model(clf, tmp_path / "e.budro")
+    manifest = json.loads(zipfile.ZipFile(path).read("manifest.json"))
+    where = data.draw(st.sampled_from([p for p in _paths(manifest) if p]), label="path")
+    value = data.draw(_json, label="value")
+
+    def edit(m):
+        obj = m
+        for k in where[:-1]:
+            obj = obj[k]
+        obj[where[-1]] = value
+
+    _rewrite(path, manifest=edit)
+    try:
+        model = load_model(path)
+    except ModelFileError as exc:
+        assert str(path) in str(exc)
+        return
+    assert np.array_equal(model.predict_proba(X), clf.predict_proba(X))
