@@ -4,7 +4,6 @@ and pickles only behind an explicit opt-in."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import textwrap
 import zipfile
