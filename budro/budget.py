@@ -52,7 +52,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from budro.exceptions import BudroWarning, ValidationError
+from budro.exceptions import BudroWarning, NumericalError, ValidationError
 
 __all__ = [
     "EPS_UNITS",
@@ -202,11 +202,21 @@ def diagnose_budget(metric: Any, X: Any, y: Any, *, max_samples: int | None = DE
     rows = np.arange(n) if max_samples is None or n <= max_samples else np.sort(rng.choice(n, max_samples, replace=False))
     m = rows.size
 
+    # Features so large that squared distances overflow float64 (|x| around 1e155) are refused
+    # here, before any distance is computed, with the NumericalError the solvers would give: the
+    # user sees that one clear error, not numpy's overflow warnings first.
+    from budro.transport import check_squared_norms
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        Xc = X - X.mean(axis=0) if n else X
+        input_norms = np.einsum("ij,ij->i", Xc, Xc)
     embed = getattr(metric, "embed", None)
     if callable(embed):
         Z = np.asarray(embed(X), dtype=float)
-        Z = Z - Z.mean(axis=0) if n else Z
-        norms = np.einsum("ij,ij->i", Z, Z)
+        with np.errstate(over="ignore", invalid="ignore"):
+            Z = Z - Z.mean(axis=0) if n else Z
+            norms = np.einsum("ij,ij->i", Z, Z)
+        check_squared_norms(Z, norms, "the fair metric's embedding of the training rows (budget check)")
         Zs, ns = Z[rows], norms[rows]
         step = max(1, _BLOCK_BYTES // max(8 * n, 1))
 
@@ -218,10 +228,22 @@ def diagnose_budget(metric: Any, X: Any, y: Any, *, max_samples: int | None = DE
 
         typical_metric = 2.0 * float(norms.mean()) if n else 0.0
     else:
-        blocks = lambda: metric.iter_pairwise(X[rows], X, block_bytes=_BLOCK_BYTES)  # noqa: E731
+        # A metric known only through its distances: every block is checked for inf/NaN.
+        def blocks():
+            for start, stop, D in metric.iter_pairwise(X[rows], X, block_bytes=_BLOCK_BYTES):
+                D = np.asarray(D, dtype=float)
+                if not np.isfinite(D).all():
+                    raise NumericalError(
+                        f"diagnose_budget: the fair metric {type(metric).__name__} gives non-finite distances between "
+                        f"training rows {int(rows[start])}.. and the others: standardise the features or rescale the metric"
+                    )
+                yield start, stop, D
+
         typical_metric = None
-    Xc = X - X.mean(axis=0) if n else X
-    typical_input = 2.0 * float(np.einsum("ij,ij->i", Xc, Xc).mean()) if n else 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        typical_input = 2.0 * float(input_norms.mean()) if n else 0.0
+    if not math.isfinite(typical_input):
+        typical_input = float(np.finfo(np.float64).max)  # only the zero tolerance uses it
 
     nearest = np.full(m, np.inf)
     opposite = np.full(m, np.inf)

@@ -188,3 +188,28 @@ def test_estimator_warns_on_the_readme_example_with_protected_x1():
         BuDROClassifier(protected=["x1"], eps=0.0, n_steps=3, backend_params=FAST).fit(ds.X, ds.y)  # plain boosting
     with pytest.raises(ValidationError, match="eps_unit must be one of"):
         BuDROClassifier(eps_unit="NN", n_steps=3).fit(ds.X, ds.y)
+
+
+@pytest.mark.parametrize("through", ["diagnose_budget", "fit"])
+def test_huge_features_give_one_numerical_error_and_no_overflow_warning(through):
+    from budro import BuDROClassifier
+    from budro.exceptions import NumericalError
+
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    X[:, 0] *= 1e155  # squared distances overflow float64
+    y = np.arange(40) % 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow RuntimeWarnings would fail the test
+        with pytest.raises(NumericalError, match=r"budget check\): fair-embedding values up to .*e\+155.*standardise"):
+            if through == "fit":
+                BuDROClassifier(n_steps=2, backend_params=FAST).fit(X, y)
+            else:
+                diagnose_budget(_metric_for(X), X, y)
+
+
+def test_a_metric_without_embedding_giving_inf_distances_is_refused():
+    from budro.exceptions import NumericalError
+
+    X = np.random.default_rng(1).normal(size=(30, 2))
+    with pytest.raises(NumericalError, match="_NoEmbedding gives non-finite distances"):
+        diagnose_budget(_NoEmbedding([np.inf, 1.0]), X, np.arange(30) % 2)
