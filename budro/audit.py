@@ -23,6 +23,7 @@ Loading runs no code stored in the file, except for pickles, which are read only
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -191,12 +192,46 @@ def _load_xgboost_file(path: Path) -> "XGBoostBoosterClassifier":
             booster = xgboost.Booster()
             booster.load_model(bytearray(raw))
         else:
-            booster = xgboost.Booster(model_file=label)
-            check_xgboost_json(json.loads(bytes(booster.save_raw("json"))), None)
+            raw = _ubj_to_json(path)
+            check_xgboost_json(json.loads(raw), None)
+            booster = xgboost.Booster()
+            booster.load_model(bytearray(raw))
     except (ValidationError, xgboost.core.XGBoostError) as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelFileError(f"{label!r} is not a usable XGBoost model file: {text}") from None
     return XGBoostBoosterClassifier(booster)
+
+
+#: Converts an XGBoost UBJ model file to JSON on stdout (run in a child process, see _ubj_to_json).
+_UBJ_TO_JSON = (
+    "import sys, xgboost\n"
+    "b = xgboost.Booster(model_file=sys.argv[1])\n"
+    "sys.stdout.buffer.write(bytes(b.save_raw('json')))\n"
+)
+
+
+def _ubj_to_json(path: Path, timeout: float = 120.0) -> bytes:
+    """The JSON form of an XGBoost UBJ file, converted by XGBoost in a child process.
+
+    XGBoost's UBJ parser does not bounds-check a damaged or crafted file and can crash the process
+    that reads it; budro has no UBJ parser of its own, so the file is parsed in a child process and
+    only the JSON it prints (checked by :func:`check_xgboost_json` before XGBoost loads it here)
+    reaches budro's process.  A child that dies or fails gives a ValidationError.
+    """
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-c", _UBJ_TO_JSON, str(path)], capture_output=True, timeout=timeout,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    except subprocess.TimeoutExpired:
+        raise ValidationError(f"XGBoost did not finish reading the UBJ file within {timeout:g} s") from None
+    if done.returncode != 0:
+        err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        why = err[-1] if err else (f"the reader died with signal {-done.returncode}" if done.returncode < 0
+                                   else f"exit status {done.returncode}")
+        raise ValidationError(f"XGBoost could not read the UBJ file: {why}")
+    return done.stdout
 
 
 def _load_skops(path: Path) -> Any:

@@ -425,6 +425,32 @@ def test_load_any_model_checks_xgboost_json_before_xgboost_reads_it(xgb_model, t
         load_any_model(tmp_path / "crafted.json")
 
 
+def test_load_any_model_never_parses_an_unchecked_ubj_file_in_process(xgb_model, tmp_path):
+    """XGBoost's UBJ parser can crash on a damaged file: budro converts UBJ to JSON in a child
+    process and checks the JSON before XGBoost loads it in budro's process."""
+    import xgboost
+
+    clf, X = xgb_model
+    clf.save_native_model(tmp_path / "native.json")
+    booster = xgboost.Booster(model_file=str(tmp_path / "native.json"))
+    booster.save_model(str(tmp_path / "native.ubj"))
+    assert np.allclose(load_any_model(tmp_path / "native.ubj").predict_proba(X), clf.predict_proba(X), atol=1e-6)
+
+    model = json.loads((tmp_path / "native.json").read_text())
+    model["learner"]["gradient_booster"]["model"]["trees"][0]["split_indices"][0] = 10**6
+    crafted = xgboost.Booster()
+    crafted.load_model(bytearray(json.dumps(model).encode()))  # loading alone does not crash; predicting would
+    crafted.save_model(str(tmp_path / "crafted.ubj"))
+    with pytest.raises(ModelFileError, match="crafted.ubj.*split index 1000000"):
+        load_any_model(tmp_path / "crafted.ubj")
+
+    raw = bytearray((tmp_path / "native.ubj").read_bytes())
+    raw[len(raw) // 2:] = b"\xff" * (len(raw) - len(raw) // 2)  # a damaged second half
+    (tmp_path / "damaged.ubj").write_bytes(bytes(raw))
+    with pytest.raises(ModelFileError, match="damaged.ubj.*not a usable XGBoost model"):
+        load_any_model(tmp_path / "damaged.ubj")
+
+
 def _paths(obj, prefix=()):
     yield prefix
     if isinstance(obj, dict):
