@@ -30,8 +30,10 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from budro import registry
-from budro.estimator import BuDROClassifier
+from budro.backends._common import check_float32_range
+from budro.estimator import PREPROCESSING, BuDROClassifier
 from budro.exceptions import ConfigError, ValidationError
+from budro.tables import DEFAULT_MAX_CATEGORIES, TableEncoder, is_table, table_needs_encoding
 
 __all__ = [
     "GBDTClassifier",
@@ -96,10 +98,35 @@ def _protected_indices(protected: Sequence[str | int] | None, names: Sequence[st
 
 
 class _BoostedBase(ClassifierMixin, BaseEstimator):
-    """Shared fit/predict plumbing: a backend trained by ``fit_native`` on (transformed) X."""
+    """Shared fit/predict plumbing: a backend trained by ``fit_native`` on (transformed) X.
 
-    def _prepare(self, X: Any, y: Any):
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+    Inputs follow :class:`budro.BuDROClassifier`'s ``preprocessing``: a table that needs it (string,
+    categorical or boolean columns, missing values) goes through a :class:`budro.tables.TableEncoder`
+    fitted on the training rows (``table_``); prepared numeric data is used as a float matrix, as
+    before tables existed, so the paper's experiments give the same models.
+    """
+
+    #: Which matrix of the table encoder the model trains on: "booster" (codes or one-hot, NaN
+    #: kept where the backend takes it) or "metric" (the fair metric's embedding).
+    _table_matrix = "booster"
+
+    def _prepare(self, X: Any, y: Any, protected: Any = ()):
+        """``(matrix, y_enc)``: X as the model's float matrix (``table_`` fitted when X needs one) and
+        the encoded labels; ``protected_indices_`` set when ``protected`` is given."""
+        if self.preprocessing not in PREPROCESSING:
+            raise ValidationError(
+                f"preprocessing must be one of {', '.join(map(repr, PREPROCESSING))}, got {self.preprocessing!r}"
+            )
+        if protected is not None and isinstance(protected, (str, numbers.Integral)):
+            raise ValidationError(f"protected must be a list of column names or indices, got {protected!r}")
+        use_table = table_needs_encoding(X) if self.preprocessing == "auto" else self.preprocessing == "table"
+        if use_table:
+            X, y = self._encode_table(X, y, tuple(protected or ()))
+        else:
+            self.table_ = None
+            X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+            self.protected_indices_ = _protected_indices(protected, getattr(self, "feature_names_in_", []),
+                                                         self.n_features_in_)
         check_classification_targets(y)
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
@@ -108,20 +135,65 @@ class _BoostedBase(ClassifierMixin, BaseEstimator):
             )
         return X, y_enc
 
+    def _encode_table(self, X: Any, y: Any, protected: tuple):
+        """Fit ``table_`` on X (as :class:`budro.BuDROClassifier` does: codes for a backend with
+        native categoricals, else one-hot); the model's matrix and the labels."""
+        from budro.estimator import _check_labels
+
+        caps = registry.get("backend", self.backend).spec.capabilities
+        native_missing = "missing-values" in caps
+        native_categorical = native_missing and "native-categorical" in caps
+        encoder = TableEncoder(max_categories=self.max_categories).fit(
+            X, protected=protected, native_categorical=native_categorical, native_missing=native_missing)
+        y = _check_labels(y)
+        self.table_ = encoder
+        self.n_features_in_ = len(encoder.columns_)
+        if encoder.has_names_:
+            self.feature_names_in_ = np.asarray(encoder.columns_, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        self.protected_indices_ = tuple(encoder.columns_.index(c) for c in encoder.protected_columns_)
+        matrix = encoder.metric_matrix(X) if self._table_matrix == "metric" else encoder.booster_matrix(X)
+        if y.shape[0] != matrix.shape[0]:
+            raise ValidationError(f"X has {matrix.shape[0]} rows but y has {y.shape[0]} labels")
+        return matrix, y
+
+    def _categorical_features(self) -> tuple[int, ...]:
+        table = self.table_
+        return table.categorical_features_ if table is not None and self._table_matrix == "booster" else ()
+
     def _fit_backend(self, X: np.ndarray, y_enc: np.ndarray, sample_weight: Any = None) -> None:
         n_rounds = _check_n_rounds(self.n_rounds)
         backend = _make_plugin("backend", self.backend, self.backend_params, self.random_state, "backend")
+        names = getattr(self.table_, "booster_feature_names_", None) if self._table_matrix == "booster" else None
+        if names is None and hasattr(self, "feature_names_in_") and self._table_matrix == "booster":
+            names = list(self.feature_names_in_)
+        check_float32_range(X, "X", names)  # names the column, before the backend's own check by position
         self.backend_ = backend.fit_native(X, y_enc, int(self.classes_.size), n_rounds,
-                                           random_state=self.random_state, sample_weight=sample_weight)
+                                           random_state=self.random_state, sample_weight=sample_weight,
+                                           categorical_features=self._categorical_features())
 
     def _transform(self, X: np.ndarray) -> np.ndarray:
         return X
 
+    def _model_input(self, X: Any) -> np.ndarray:
+        """New rows as the matrix the backend was trained on."""
+        check_is_fitted(self)
+        table = getattr(self, "table_", None)
+        if table is not None:
+            X = table.metric_matrix(X) if self._table_matrix == "metric" else table.booster_matrix(X)
+        else:
+            if is_table(X) and table_needs_encoding(X):
+                raise ValidationError(
+                    "X has non-numeric columns or missing values, but this model was trained on numeric data "
+                    "without table preprocessing; pass the same kind of numeric data it was trained on"
+                )
+            X = validate_data(self, X, dtype=np.float64, reset=False)
+        return self._transform(X)
+
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, columns in the order of ``classes_``."""
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self.backend_.predict_proba(self._transform(X))
+        return self.backend_.predict_proba(self._model_input(X))
 
     def predict(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
@@ -129,13 +201,11 @@ class _BoostedBase(ClassifierMixin, BaseEstimator):
 
     def decision_margin(self, X: Any) -> np.ndarray:
         """Raw margins of the boosted model (log-odds for two classes)."""
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self.backend_.predict_margin(self._transform(X))
+        return self.backend_.predict_margin(self._model_input(X))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
+        tags.input_tags.allow_nan = True  # "auto" sends arrays with NaN through the table encoder
         return tags
 
 
@@ -155,14 +225,33 @@ class GBDTClassifier(_BoostedBase):
         Boosting rounds (trees per class).
     random_state : int, optional
         Seed handed to the backend.
+    preprocessing : {"auto", "table", "none"}, default "auto"
+        As for :class:`budro.BuDROClassifier`: with ``"table"`` (chosen by ``"auto"`` for a table
+        with string, categorical or boolean columns or missing values) X goes through a
+        :class:`budro.tables.TableEncoder` (``table_``) and the backend gets its booster matrix:
+        numeric columns as they are (NaN kept for a backend that takes missing values), categorical
+        columns as category codes split on natively by a backend that declares
+        ``"native-categorical"``, else one-hot.  ``"none"``: X must be numeric, used unchanged.
+    max_categories : int, default 1000
+        With table preprocessing: a categorical column with more distinct values is refused.
+
+    Attributes
+    ----------
+    table_ : TableEncoder or None
+        The fitted table encoder with table preprocessing, else None.
     """
 
+    _table_matrix = "booster"
+
     def __init__(self, backend: str = "xgboost", backend_params: dict | None = None, n_rounds: int = 100,
-                 random_state: int | None = None):
+                 random_state: int | None = None, preprocessing: str = "auto",
+                 max_categories: int = DEFAULT_MAX_CATEGORIES):
         self.backend = backend
         self.backend_params = backend_params
         self.n_rounds = n_rounds
         self.random_state = random_state
+        self.preprocessing = preprocessing
+        self.max_categories = max_categories
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> "GBDTClassifier":
         """Fit on ``X`` and ``y``; ``sample_weight`` (n,) is handed to the backend's ``fit_native``."""
@@ -192,18 +281,31 @@ class ProjectClassifier(_BoostedBase):
         ``complement_``).
     fair_metric_params : dict, optional
     protected : sequence of str or int, optional
-        Protected attributes (column names with pandas input, or indices).
+        Protected attributes (column names with DataFrame input, or indices), numeric or
+        categorical as for :class:`budro.BuDROClassifier`.
+    preprocessing, max_categories :
+        As for :class:`GBDTClassifier`, except that with table preprocessing the fair metric and
+        the projection work in the fair metric's coordinates, the table encoder's
+        :meth:`~budro.tables.TableEncoder.metric_matrix` (numerics imputed and standardised,
+        categoricals one-hot, every one-hot column of a protected one protected), exactly as
+        BuDRO's metric; the backend trains on that embedding projected.
 
     Attributes
     ----------
     fair_metric_ : fitted fair metric
     projector_ : (d, d) array
-        ``I - P_A``.
+        ``I - P_A`` (d: columns of X, or of the metric embedding with table preprocessing).
+    protected_indices_ : tuple of int
+        Columns of X that are protected.
+    table_ : TableEncoder or None
     """
+
+    _table_matrix = "metric"
 
     def __init__(self, backend: str = "xgboost", backend_params: dict | None = None, n_rounds: int = 100,
                  fair_metric: str = "sensitive-subspace", fair_metric_params: dict | None = None,
-                 protected: Sequence[str | int] | None = None, random_state: int | None = None):
+                 protected: Sequence[str | int] | None = None, random_state: int | None = None,
+                 preprocessing: str = "auto", max_categories: int = DEFAULT_MAX_CATEGORIES):
         self.backend = backend
         self.backend_params = backend_params
         self.n_rounds = n_rounds
@@ -211,13 +313,15 @@ class ProjectClassifier(_BoostedBase):
         self.fair_metric_params = fair_metric_params
         self.protected = protected
         self.random_state = random_state
+        self.preprocessing = preprocessing
+        self.max_categories = max_categories
 
     def fit(self, X: Any, y: Any) -> "ProjectClassifier":
-        X, y_enc = self._prepare(X, y)
-        protected = _protected_indices(self.protected, getattr(self, "feature_names_in_", []), self.n_features_in_)
+        X, y_enc = self._prepare(X, y, self.protected)
+        # the metric's own coordinates: X itself, or the table's embedding (protected one-hot columns)
+        protected = self.protected_indices_ if self.table_ is None else self.table_.protected_metric_indices_
         learner = _make_plugin("fair_metric", self.fair_metric, self.fair_metric_params, self.random_state, "fair_metric")
         self.fair_metric_ = learner.fit(X, protected, y=y_enc)
-        self.protected_indices_ = protected
         self.projector_ = _projector(self.fair_metric_)
         self._fit_backend(self._transform(X), y_enc)
         return self
@@ -247,8 +351,8 @@ def _projector(metric: Any) -> np.ndarray:
 def reweighing_weights(groups: Any, y: Any) -> np.ndarray:
     """Kamiran & Calders (2012) weights ``w_i = P(s = s_i) P(y = y_i) / P(s = s_i, y = y_i)``.
 
-    ``groups`` is (n,) or (n, k): the protected attribute(s) of each row; with several columns the
-    group ``s`` is the combination of their values.  Probabilities are empirical frequencies, so
+    ``groups`` is (n,) or (n, k): the protected attribute(s) of each row (numbers or strings); with
+    several columns the group ``s`` is the combination of their values.  Probabilities are empirical frequencies, so
     the weights average to 1 and make ``s`` and ``y`` independent in the weighted data.
     """
     y = np.asarray(y).reshape(-1)
@@ -260,7 +364,12 @@ def reweighing_weights(groups: Any, y: Any) -> np.ndarray:
     n = y.shape[0]
     if n == 0:
         raise ValidationError("reweighing needs at least one row")
-    _, s = np.unique(g, axis=0, return_inverse=True)
+    # each column's values as level numbers first: any dtype (strings too), then their combinations
+    try:
+        codes = np.column_stack([np.unique(g[:, j], return_inverse=True)[1].reshape(-1) for j in range(g.shape[1])])
+    except TypeError as exc:  # values that do not sort together (e.g. None among strings)
+        raise ValidationError(f"groups: the values of a column cannot be compared ({exc}); give one type per column") from None
+    _, s = np.unique(codes, axis=0, return_inverse=True)
     s = s.reshape(-1)
     _, yk = np.unique(y, return_inverse=True)
     yk = yk.reshape(-1)
@@ -287,43 +396,70 @@ class ReweighClassifier(_BoostedBase):
         The discrete protected attribute(s) (column names with pandas input, or indices).
     max_levels : int, default 10
         A protected column with more distinct values is rejected as not discrete (e.g. age).
+    preprocessing, max_categories :
+        As for :class:`GBDTClassifier` (the backend gets the table encoder's booster matrix).  The
+        groups ``s`` are the protected columns' own values: the categories of a string or
+        categorical column, the numbers of a numeric one; a missing value is one more level.
 
     Attributes
     ----------
     sample_weight_ : (n,) array
         The weights the model was trained with.
+    protected_indices_ : tuple of int
+        Columns of X that are protected.
+    table_ : TableEncoder or None
     """
+
+    _table_matrix = "booster"
 
     def __init__(self, backend: str = "xgboost", backend_params: dict | None = None, n_rounds: int = 100,
                  protected: Sequence[str | int] | None = None, max_levels: int = 10,
-                 random_state: int | None = None):
+                 random_state: int | None = None, preprocessing: str = "auto",
+                 max_categories: int = DEFAULT_MAX_CATEGORIES):
         self.backend = backend
         self.backend_params = backend_params
         self.n_rounds = n_rounds
         self.protected = protected
         self.max_levels = max_levels
         self.random_state = random_state
+        self.preprocessing = preprocessing
+        self.max_categories = max_categories
 
     def fit(self, X: Any, y: Any) -> "ReweighClassifier":
-        X, y_enc = self._prepare(X, y)
-        protected = _protected_indices(self.protected, getattr(self, "feature_names_in_", []), self.n_features_in_)
-        if not protected:
-            raise ValidationError("reweigh needs at least one protected attribute (protected=[...])")
         if isinstance(self.max_levels, bool) or not isinstance(self.max_levels, numbers.Integral) or self.max_levels < 2:
             raise ValidationError(f"max_levels must be an integer >= 2, got {self.max_levels!r}")
+        raw = X
+        X, y_enc = self._prepare(X, y, self.protected)
+        protected = self.protected_indices_
+        if not protected:
+            raise ValidationError("reweigh needs at least one protected attribute (protected=[...])")
+        values = self._protected_values(raw, X)
         names = list(getattr(self, "feature_names_in_", []))
-        for p in protected:
-            levels = np.unique(X[:, p]).size
-            if levels > self.max_levels:
+        levels = np.empty(values.shape, dtype=np.intp)
+        for j, p in enumerate(protected):
+            distinct, levels[:, j] = np.unique(values[:, j], return_inverse=True, equal_nan=True)
+            if distinct.size > self.max_levels:
                 label = repr(names[p]) if names else f"column {p}"
                 raise ValidationError(
-                    f"reweigh needs discrete protected attributes: {label} takes {levels} values "
+                    f"reweigh needs discrete protected attributes: {label} takes {distinct.size} values "
                     f"(more than max_levels={self.max_levels}); reweighing does not apply to a continuous attribute"
                 )
-        self.protected_indices_ = protected
-        self.sample_weight_ = reweighing_weights(X[:, list(protected)], y_enc)
+        self.sample_weight_ = reweighing_weights(levels, y_enc)
         self._fit_backend(X, y_enc, self.sample_weight_)
         return self
+
+    def _protected_values(self, raw: Any, X: np.ndarray) -> np.ndarray:
+        """(n, k) float values of the protected columns (NaN: missing): columns of the float matrix
+        X, or with table preprocessing the raw columns (category codes of string/categorical ones;
+        numbers as given, not imputed)."""
+        if self.table_ is None:
+            return X[:, list(self.protected_indices_)]
+        table = self.table_
+        num, codes = table._encode(raw)  # numeric block and category codes, in the table's column order
+        numeric, categorical = table._numeric_names(), table._categorical_names()
+        cols = [codes[:, categorical.index(c)] if c in categorical else num[:, numeric.index(c)]
+                for c in table.protected_columns_]
+        return np.column_stack(cols)
 
 
 # ---------------------------------------------------------------------------------- the method table

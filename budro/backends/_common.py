@@ -25,7 +25,9 @@ __all__ = [
     "BuiltinBackend",
     "Number",
     "MAX_CATEGORY_CODE",
+    "FLOAT32_MAX",
     "check_X",
+    "check_float32_range",
     "check_training_data",
     "check_weights",
     "check_seed",
@@ -38,6 +40,11 @@ __all__ = [
 
 #: How far the per-round weights may sum away from 1.
 WEIGHT_SUM_TOL = 1e-5
+#: Largest magnitude of a feature value: XGBoost and CatBoost store features as float32, where
+#: larger finite values become inf (XGBoost then refuses them with its own error, CatBoost merges
+#: them all into one value).  LightGBM keeps float64, but every built-in backend takes the same
+#: matrices, so the limit is one contract for all three (checked by :func:`check_X`).
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: Largest category code a categorical column may hold: codes are stored as float32 by XGBoost
 #: (exact up to 2**24) and as int32 bitsets by LightGBM.
 MAX_CATEGORY_CODE = 2**24 - 1
@@ -310,7 +317,8 @@ def check_categorical_features(categorical_features: Any, n_features: int) -> tu
 def check_X(X: Any, name: str, *, n_features: int | None = None, categorical: Any = ()) -> np.ndarray:
     """``X`` as a C-contiguous float64 (n, d) array.
 
-    NaN marks a missing value in any column; infinite values are rejected.  The columns in
+    NaN marks a missing value in any column; infinite values and finite values beyond the float32
+    range (:data:`FLOAT32_MAX`) are rejected.  The columns in
     ``categorical`` (already checked indices) must hold non-negative integer category codes
     up to :data:`MAX_CATEGORY_CODE`, or NaN."""
     try:
@@ -329,6 +337,7 @@ def check_X(X: Any, name: str, *, n_features: int | None = None, categorical: An
     if np.isinf(arr).any():
         col = int(np.flatnonzero(np.isinf(arr).any(axis=0))[0])
         raise ValidationError(f"{name} must not hold infinite values (column {col} does; NaN marks a missing value)")
+    check_float32_range(arr, name)
     for c in categorical:
         codes = arr[:, c]
         known = codes[~np.isnan(codes)]
@@ -339,6 +348,23 @@ def check_X(X: Any, name: str, *, n_features: int | None = None, categorical: An
                 f"[0, {MAX_CATEGORY_CODE}] or NaN (missing/unseen), found {float(known[bad][0])!r}"
             )
     return arr
+
+
+def check_float32_range(X: np.ndarray, name: str = "X", names: Any = None) -> None:
+    """Refuse finite values of the float64 matrix ``X`` beyond :data:`FLOAT32_MAX`, naming the first
+    column that holds one (by ``names[j]`` when given, else its position)."""
+    with np.errstate(invalid="ignore"):
+        beyond = np.abs(X) > FLOAT32_MAX
+    if not beyond.any():
+        return
+    col = int(np.flatnonzero(beyond.any(axis=0))[0])
+    row = int(np.flatnonzero(beyond[:, col])[0])
+    label = f"column {names[col]!r}" if names is not None and len(names) == X.shape[1] else f"column {col}"
+    raise ValidationError(
+        f"{name}: {label} holds {X[row, col]:.4g} (row {row}), beyond the float32 range |x| <= {FLOAT32_MAX:.4g} "
+        f"in which XGBoost and CatBoost store features (there it would become inf, or fail); rescale that column "
+        f"(standardise it, or change its unit, e.g. log or thousands)"
+    )
 
 
 def check_training_data(X: Any, y: Any, n_classes: Any, categorical_features: Any = ()
