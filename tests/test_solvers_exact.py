@@ -111,7 +111,7 @@ def paper_heuristic(problem, C, iters=30):
 )
 def test_dual_matches_lp_on_random_instances(K, integer, restrict, monkeypatch):
     if not restrict:  # every evaluation of g on whole blocks, no candidate pairs
-        monkeypatch.setattr("budro.solvers.dual._CANDIDATES_PER_COLUMN", 0)
+        monkeypatch.setattr("budro.solvers._dual_dense._CANDIDATES_PER_COLUMN", 0)
     rng = np.random.default_rng(1000 * K + integer)
     worst = 0.0
     n_evals = []
@@ -435,7 +435,7 @@ def test_solution_is_the_same_without_candidate_pairs(monkeypatch):
     restricted = DualSolver().solve(problem)
     assert restricted.info["candidate_pairs"] is not None
     assert restricted.info["full_evaluations"] < restricted.n_iter
-    monkeypatch.setattr("budro.solvers.dual._CANDIDATES_PER_COLUMN", 0)
+    monkeypatch.setattr("budro.solvers._dual_dense._CANDIDATES_PER_COLUMN", 0)
     full = DualSolver().solve(problem)
     assert full.info["candidate_pairs"] is None and full.info["full_evaluations"] == full.n_iter
     assert full.eta == restricted.eta and full.n_iter == restricted.n_iter

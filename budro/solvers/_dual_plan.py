@@ -1,0 +1,295 @@
+"""Shared pieces of :class:`~budro.solvers.dual.DualSolver`'s dense and sparse paths.
+
+The dual function's evaluation record (:class:`_DualPoint`), the candidate pairs both paths
+evaluate ``g`` on (:class:`_Candidates`), the evaluation of ``g`` on candidates, the hulls'
+breakpoints, and the exact primal recovery (switching columns from their cheapest to their most
+expensive argmax row until the budget binds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from budro.solvers import _sparse_kernels
+from budro.transport import TransportProblem, TransportResult
+
+
+@dataclass(frozen=True, eq=False)
+class _DualPoint:
+    """``g`` and its argmax structure at one ``eta`` (arrays are per column j)."""
+
+    eta: float
+    value: float  # g(eta)
+    lo: np.ndarray  # cheapest argmax row of each column
+    hi: np.ndarray  # most expensive argmax row of each column
+    c_lo: np.ndarray  # C[lo_j, j]
+    c_hi: np.ndarray  # C[hi_j, j]
+
+    @property
+    def mean_lo(self) -> float:
+        """``eps - g'+(eta)``: the budget used by the cheapest argmax plan."""
+        return float(self.c_lo.mean())
+
+    @property
+    def mean_hi(self) -> float:
+        """``eps - g'-(eta)``: the budget used by the most expensive argmax plan."""
+        return float(self.c_hi.mean())
+
+
+@dataclass(frozen=True, eq=False)
+class _Candidates:
+    """The pairs (i, j) that can be (near-)argmax pairs for some eta in a bracket [a, b].
+
+    Stored by column (``starts[j]`` is the first entry of column j, every column non-empty) with
+    their losses and costs, so that ``g`` restricted to them is evaluated in O(len(rows)).
+    """
+
+    rows: np.ndarray
+    cols: np.ndarray
+    starts: np.ndarray
+    R: np.ndarray
+    C: np.ndarray
+    #: The minimiser of g read off the exact hulls' breakpoints, where the compiled kernel
+    #: computed it along with the candidates (see :meth:`DualSolver._breakpoint_eta`).
+    breakpoint_eta: float | None = None
+    #: Made by the compiled kernel: g is evaluated on them by the compiled kernel too.
+    compiled: bool = False
+
+
+# Position of a point relative to the minimiser of g.
+_OPTIMAL, _BELOW, _ABOVE = "optimal", "below", "above"
+
+
+def position(point: _DualPoint, eps: float) -> str:
+    """Where ``point`` lies relative to the minimisers of g, from its subgradient interval."""
+    if point.mean_lo > eps:
+        return _BELOW  # g'+(eta) < 0: the minimiser is to the right
+    if point.eta == 0.0 or point.mean_hi >= eps:
+        return _OPTIMAL  # 0 in [g'-(eta), g'+(eta)] (only g'+ matters at eta = 0)
+    return _ABOVE  # g'-(eta) > 0: the minimiser is to the left
+
+
+def tie_margin(solver, problem: TransportProblem) -> float:
+    """A margin above every column's tie tolerance (room for rounding included).
+
+    Every tie tolerance ``tie_rtol * (scale + |vmax_j|)`` is at most ``2 * tie_rtol * scale``
+    (``vmax_j`` lies between ``R_jj`` and ``max R``); twice that leaves room for rounding.
+    """
+    return 4.0 * solver.tie_rtol * float(np.abs(problem.losses).max())
+
+
+def breakpoint_eta(problem: TransportProblem, cand: _Candidates) -> float:
+    """The minimiser of ``g`` from the breakpoints of the hulls (paper's Appendix C.3, the
+    "enumerate the corners" route), for candidates that are upper hulls in cost order.
+
+    On a hull ``(C_0, R_0), ..., (C_h, R_h)`` (increasing cost and loss, decreasing slopes)
+    the argmax moves from ``h`` down to ``0`` as eta grows, from ``k + 1`` to ``k`` at
+    ``e_k = (R_{k+1} - R_k) / (C_{k+1} - C_k)``, where the column's cost drops by
+    ``C_{k+1} - C_k``.  Summing the drops in increasing ``e`` gives the mean argmax cost as a
+    function of eta; the minimiser is the first ``e`` where it reaches ``eps`` (0 if the
+    hull tops are within budget).  The value is a guess to be certified by one evaluation.
+    """
+    if cand.breakpoint_eta is not None:
+        return cand.breakpoint_eta
+    n, eps = problem.n, problem.eps
+    # The candidates keep pairs within tau below a column's hull (they may tie at eta*); the
+    # breakpoints are those of the exact hull, so those pairs are dropped here (tau = 0):
+    # with them the transitions would be summed out of order and the guess could miss eta*
+    # by a hair, leaving the cutting plane a dozen evaluations to do.
+    _, cols, R, C = _upper_hulls(cand.rows, cand.cols, cand.R, cand.C, 0.0, n)
+    last = np.empty(cols.size, dtype=bool)
+    last[-1] = True
+    np.not_equal(cols[1:], cols[:-1], out=last[:-1])
+    need = float(C[last].sum()) - n * eps  # mean cost at eta = 0+ exceeds eps by need / n
+    inner = ~last[:-1]
+    dC = (C[1:] - C[:-1])[inner]
+    if need <= 0.0 or dC.size == 0:
+        return 0.0
+    dR = (R[1:] - R[:-1])[inner]
+    useful = dC > 0.0
+    e = np.maximum(dR[useful] / dC[useful], 0.0)
+    dC = dC[useful]
+    order = np.argsort(e)
+    reach = np.cumsum(dC[order])
+    k = min(int(np.searchsorted(reach, need, side="left")), order.size - 1)
+    return float(e[order[k]])
+
+
+def evaluate_candidates(solver, problem: TransportProblem, cand: _Candidates, eta: float) -> _DualPoint:
+    """``g`` (:func:`budro.solvers._dual_dense.evaluate`) restricted to the candidate pairs (same values, O(len(cand.rows)))."""
+    n = problem.n
+    scale = float(np.abs(problem.losses).max())
+    if cand.compiled:
+        total, lo, hi, c_lo, c_hi = _sparse_kernels.evaluate(cand.starts, cand.rows, cand.R, cand.C, eta,
+                                                             solver.tie_rtol, scale)
+        return _DualPoint(eta=float(eta), value=problem.eps * eta + total / n, lo=lo, hi=hi, c_lo=c_lo, c_hi=c_hi)
+    V = cand.R - cand.C * eta
+    vmax = np.maximum.reduceat(V, cand.starts)
+    # The argmax sets, as a list grouped by column (every column has at least its maximum),
+    # so that the rest works on about n entries instead of all candidate pairs.
+    tied = np.flatnonzero(V >= (vmax - solver.tie_rtol * (scale + np.abs(vmax)))[cand.cols])
+    t_cols, t_C, t_rows = cand.cols[tied], cand.C[tied], cand.rows[tied]
+    t_starts = np.flatnonzero(np.concatenate(([True], t_cols[1:] != t_cols[:-1])))
+    c_lo = np.minimum.reduceat(t_C, t_starts)
+    c_hi = np.maximum.reduceat(t_C, t_starts)
+    lo = np.minimum.reduceat(np.where(t_C == c_lo[t_cols], t_rows, n), t_starts)
+    hi = np.minimum.reduceat(np.where(t_C == c_hi[t_cols], t_rows, n), t_starts)
+    value = problem.eps * eta + float(vmax.sum()) / n
+    return _DualPoint(eta=float(eta), value=value, lo=lo, hi=hi, c_lo=c_lo, c_hi=c_hi)
+
+
+def _upper_hulls(rows, cols, R, C, tau, ncols):
+    """Drop, column by column, pairs that lie more than ``tau`` below the upper hull of the
+    column's points ``(C, R)`` (arrays grouped by column, increasing cost within a column; see
+    :meth:`DualSolver._sparse_candidates`).
+
+    Pairs of equal cost form a run; a run member more than ``tau`` below the run's largest loss
+    is dropped, and the hull is built on the runs (each at its largest loss), so that duplicated
+    points never shield each other.  A run more than ``tau`` below the chord between its kept
+    neighbour runs has ``V < max(V_prev, V_next) - tau`` for ``V = R - eta C`` at every eta, so
+    none of its pairs is ever within a tie tolerance of the column maximum; dropping all such runs
+    at once is therefore safe.  The first run (cost 0: the own row) and the last (largest loss)
+    of a column are never dropped.
+    """
+    size = cols.size
+    if size == 0:
+        return rows, cols, R, C
+    # Runs of equal cost within a column.
+    run_start = np.empty(size, dtype=bool)
+    run_start[0] = True
+    np.not_equal(cols[1:], cols[:-1], out=run_start[1:])
+    run_start[1:] |= C[1:] != C[:-1]
+    starts = np.flatnonzero(run_start)
+    run_of = np.cumsum(run_start) - 1
+    r_R = np.maximum.reduceat(R, starts)  # each run at its largest loss
+    r_cols, r_C = cols[starts], C[starts]
+    member = R >= r_R[run_of] - tau
+    if not member.all():
+        rows, cols, R, C, run_of = rows[member], cols[member], R[member], C[member], run_of[member]
+    # The hull over runs, pass by pass; after the first pass only the columns that lost a run
+    # are looked at again.  `ids` are the runs examined, whole columns, in order.
+    alive = np.ones(starts.size, dtype=bool)
+    ids = np.arange(starts.size)
+    while ids.size >= 3:
+        c, cc, rr = r_cols[ids], r_C[ids], r_R[ids]
+        col_first = np.empty(ids.size, dtype=bool)
+        col_first[0] = True
+        np.not_equal(c[1:], c[:-1], out=col_first[1:])
+        col_last = np.empty(ids.size, dtype=bool)
+        col_last[-1] = True
+        col_last[:-1] = col_first[1:]
+        interior = ~(col_first | col_last)[1:-1]
+        dC1 = cc[1:-1] - cc[:-2]
+        dC2 = cc[2:] - cc[:-2]
+        dR1 = rr[1:-1] - rr[:-2]
+        dR2 = rr[2:] - rr[:-2]
+        # R_k < R_{k-1} + dR2 * dC1 / dC2 - tau, multiplied by dC2 > 0 (costs increase along runs).
+        below = dR1 * dC2 < dR2 * dC1 - tau * dC2
+        below &= interior
+        gone = ids[1:-1][below]
+        if gone.size == 0:
+            break
+        alive[gone] = False
+        dirty = np.zeros(ncols, dtype=bool)
+        dirty[r_cols[gone]] = True
+        ids = ids[dirty[c] & alive[ids]]
+    keep = alive[run_of]
+    if keep.all():
+        return rows, cols, R, C
+    return rows[keep], cols[keep], R[keep], C[keep]
+
+
+def _switch_until_budget(
+    problem: TransportProblem,
+    rows_cheap: np.ndarray,
+    rows_dear: np.ndarray,
+    switch: bool,
+    *,
+    costs: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[sp.csr_array, int | None, int]:
+    """Plan sending column j to ``rows_cheap[j]``, switching columns (in index order) to
+    ``rows_dear[j]`` until ``<C, Pi> = eps``, the last one split fractionally.
+
+    Costs are recomputed in float64 with ``cost.entries`` so that the budget binds for the costs
+    the result reports, unless ``costs`` (``C[rows_cheap[j], j]``, ``C[rows_dear[j], j]``) gives
+    exactly those values already.  Returns the plan, the split column (or None) and how many
+    columns moved entirely to ``rows_dear``.
+    """
+    rows, cols, vals, _, split_column, n_switched = _switch_entries(problem, rows_cheap, rows_dear, switch, costs=costs)
+    plan = sp.csr_array((vals, (rows, cols)), shape=(problem.n, problem.n))
+    return plan, split_column, n_switched
+
+
+def _switch_entries(
+    problem: TransportProblem,
+    rows_cheap: np.ndarray,
+    rows_dear: np.ndarray,
+    switch: bool,
+    *,
+    costs: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, int | None, int]:
+    """:func:`_switch_until_budget` as coordinate lists ``rows, cols, vals`` plus the cost of
+    each entry (None unless ``costs`` was given), the split column and the number switched."""
+    n, eps = problem.n, problem.eps
+    cols = np.arange(n)
+    rows = np.array(rows_cheap, dtype=np.intp, copy=True)
+    vals = np.full(n, 1.0 / n)
+    entry_costs = None if costs is None else np.array(costs[0], dtype=np.float64, copy=True)
+    split_column: int | None = None
+    n_switched = 0
+    if switch:
+        if costs is None:
+            cost_cheap = problem.cost.entries(rows_cheap, cols)
+            cost_dear = problem.cost.entries(rows_dear, cols)
+        else:
+            cost_cheap, cost_dear = costs
+        deficit = n * eps - float(cost_cheap.sum())  # in units of summed column costs
+        delta = np.where(rows_dear != rows_cheap, cost_dear - cost_cheap, 0.0)
+        delta[delta < 0] = 0.0
+        if deficit > 0.0 and np.any(delta > 0.0):
+            reach = np.cumsum(delta)
+            k = int(np.searchsorted(reach, deficit, side="left"))
+            movers = np.flatnonzero(delta[:k] > 0.0)
+            rows[movers] = rows_dear[movers]
+            if entry_costs is not None:
+                entry_costs[movers] = cost_dear[movers]
+            n_switched = movers.size
+            if k < n:
+                before = float(reach[k - 1]) if k > 0 else 0.0
+                theta = min(1.0, max(0.0, (deficit - before) / delta[k]))
+                if theta >= 1.0:
+                    rows[k] = rows_dear[k]
+                    if entry_costs is not None:
+                        entry_costs[k] = cost_dear[k]
+                    n_switched += 1
+                elif theta > 0.0:
+                    split_column = k
+                    vals[k] = (1.0 - theta) / n
+                    rows = np.append(rows, rows_dear[k])
+                    cols = np.append(cols, k)
+                    vals = np.append(vals, theta / n)
+                    if entry_costs is not None:
+                        entry_costs = np.append(entry_costs, cost_dear[k])
+    return rows, cols, vals, entry_costs, split_column, n_switched
+
+
+def _result_from_entries(
+    problem: TransportProblem, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, entry_costs: np.ndarray,
+    **kwargs,
+) -> TransportResult:
+    """:meth:`TransportResult.from_plan` for a plan given as coordinate lists whose entry costs
+    are known (the listed costs of a sparse cost: exactly what ``cost.entries`` returns), in
+    O(n) instead of a lookup of every entry in the neighbour lists."""
+    n, K = problem.n, problem.n_labels
+    keep = vals != 0
+    if not keep.all():
+        rows, cols, vals, entry_costs = rows[keep], cols[keep], vals[keep], entry_costs[keep]
+    labels = problem.labels[cols]
+    weights = np.bincount(rows * K + labels, weights=vals, minlength=n * K).reshape(n, K)
+    objective = float(np.sum(vals * problem.losses[rows, labels]))
+    transport_cost = float(np.sum(vals * entry_costs)) if vals.size else 0.0
+    plan = sp.csr_array((vals, (rows, cols)), shape=(n, n))
+    return TransportResult(weights=weights, objective=objective, transport_cost=transport_cost, plan=plan, **kwargs)
