@@ -24,17 +24,23 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from budro.exceptions import ValidationError
+from budro.exceptions import BudroWarning, ValidationError
 
 __all__ = [
     "Certificate",
     "ColumnValues",
+    "GroupGapWarning",
     "GroupGaps",
     "counterfactual_consistency",
     "evaluate",
     "fairness_certificate",
     "group_gaps",
 ]
+
+class GroupGapWarning(BudroWarning, RuntimeWarning):
+    """A group gap cannot be computed on these rows, so it is NaN: the rows hold only one of the
+    two groups (e.g. a small test split), or a group has no row with some label."""
+
 
 #: Probabilities are clipped to ``[LOG_LOSS_CLIP, 1]`` before the log: the log loss stays finite
 #: and bounded (at most ``-log(1e-15)``, about 34.5), as the paper's theory assumes.
@@ -449,7 +455,8 @@ def group_gaps(y_true: Any, y_pred: Any, group: Any, *, labels: Sequence | None 
     vals = np.array(list(gaps.values()), dtype=float)
     if np.isnan(vals).any():
         empty = [k for k, v in gaps.items() if math.isnan(v)]
-        warnings.warn(f"group_gaps: a group has no point with label(s) {empty!r}; their gap is NaN", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"group_gaps: a group has no point with label(s) {empty!r}; their gap is NaN", GroupGapWarning,
+                      stacklevel=2)
     return GroupGaps(
         gaps=gaps,
         gap_max=float(np.max(np.abs(vals))) if not np.isnan(vals).any() else math.nan,
@@ -710,7 +717,9 @@ def evaluate(
     -------
     dict
         ``n_samples``, ``accuracy``, ``balanced_accuracy``; ``consistency[<name>]`` per
-        counterfactual definition; ``gap_max[<group>]`` and ``gap_rms[<group>]`` per group; with a
+        counterfactual definition; ``gap_max[<group>]`` and ``gap_rms[<group>]`` per group (NaN,
+        with a :class:`GroupGapWarning`, when the rows hold only one of the two groups, or a group
+        has no row of some label: a small test split; more than two groups is an error); with a
         metric: ``certificate``, ``certificate_ci_low``, ``certificate_ci_high``, ``robust_loss``,
         ``empirical_loss``.
     """
@@ -750,6 +759,17 @@ def evaluate(
     for name, definition in counterfactuals.items():
         row[f"consistency[{name}]"] = counterfactual_consistency(model, X, definition)
     for name, g in groups.items():
+        g_arr = _as_1d(g, f"groups[{name!r}]")
+        present = np.unique(g_arr)
+        if present.shape[0] == 1 and g_arr.shape[0] == n:
+            # A definition of two groups of which these rows (e.g. a small test split) hold one:
+            # the gap is undefined here, not an error of the definition.
+            warnings.warn(
+                f"gap of group {name!r} is NaN: the {n} rows hold only one of its groups ({_plain(present[0])!r})",
+                GroupGapWarning, stacklevel=2,
+            )
+            row[f"gap_max[{name}]"] = row[f"gap_rms[{name}]"] = math.nan
+            continue
         gaps = group_gaps(y, y_pred, g)
         row[f"gap_max[{name}]"] = gaps.gap_max
         row[f"gap_rms[{name}]"] = gaps.gap_rms

@@ -62,6 +62,7 @@ import re
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, TextIO
@@ -246,7 +247,7 @@ def run_experiment(
         if log is not None:
             log(note)
 
-    bar = _Progress(len(units), progress)
+    bar = _Progress(len(units), progress, cached=sum(1 for *_, row in plan if row is not None))
     rows: list[dict[str, Any]] = []
     computed = reused = 0
     split_cache: dict[int, Any] = {}
@@ -275,19 +276,26 @@ def run_experiment(
 
     columns = metric_columns(rows)
     summary = summarize(rows)
+    missing = missing_metric_notes(rows)
+    for note in missing:
+        if log is not None:
+            log(note)
+    notes += missing
+    footer = "".join(f"\n* {note}" for note in missing) + ("\n" if missing else "")
     files: dict[str, Path] = {}
     files["splits.csv"] = write_csv(out / ("grid-splits.csv" if grids else "splits.csv"), rows)
     header = _header(cfg, dataset, n_splits, seed0, command)
     if grids:
         files["grid.csv"] = write_csv(out / "grid.csv", summary)
-        files["grid.md"] = write_text(out / "grid.md", header + markdown_table(summary, columns, with_point=True) + "\n")
+        files["grid.md"] = write_text(out / "grid.md", header + markdown_table(summary, columns, with_point=True) + "\n"
+                                      + footer)
         opts = (cfg.grid or {}).get("options", {})
         files["tradeoff.png"] = plot_tradeoff(summary, out / "tradeoff.png", x=opts.get("x") or "balanced_accuracy",
                                               bin_width=opts.get("bin_width"), gridded=list(grids),
                                               title=exp.get("title") or dataset.name)
     else:
         files["summary.csv"] = write_csv(out / "summary.csv", summary)
-        files["results.md"] = write_text(out / "results.md", header + markdown_table(summary, columns) + "\n")
+        files["results.md"] = write_text(out / "results.md", header + markdown_table(summary, columns) + "\n" + footer)
     return ExperimentResult(rows=rows, summary=summary, output=out, files=files, n_computed=computed,
                             n_reused=reused, columns=columns, grid=bool(grids), notes=notes)
 
@@ -386,7 +394,7 @@ def _grid_points(grid: Mapping[str, list] | None) -> list[tuple[tuple[str, Any],
 
 
 def _run_unit(cfg: Config, unit: Unit, train: Any, test: Any) -> dict[str, Any]:
-    from budro.evaluation import evaluate
+    from budro.evaluation import GroupGapWarning, evaluate
 
     overrides = grid_overrides(cfg, unit.label, unit.point_dict) if unit.point else {}
     est = cfg.make_method(unit.label, **overrides)
@@ -397,17 +405,23 @@ def _run_unit(cfg: Config, unit: Unit, train: Any, test: Any) -> dict[str, Any]:
     metric = eps = None
     cert_params: dict[str, Any] = {}
     if exp.get("certificate"):
-        metric = _certificate_metric(cfg, train)
+        metric, embedding, nn_scale = _certificate_metric(cfg, train)
         eps = exp.get("certificate_eps")
-        eps = cfg.eps if eps is None else eps
+        if eps is None:
+            eps = cfg.eps if nn_scale is None else cfg.eps * nn_scale
         cert_params = {"solver": exp.get("certificate_solver") or "dual", "random_state": unit.seed,
                        "loss": exp.get("certificate_loss") or "log_loss"}
+        if embedding is not None:
+            cert_params["metric_X"] = embedding(test.X)
         if exp.get("certificate_n_neighbors"):
             cert_params["n_neighbors"] = exp["certificate_n_neighbors"]
         if exp.get("certificate_max_samples"):
             cert_params["max_samples"] = exp["certificate_max_samples"]
     t1 = time.perf_counter()
-    row = evaluate(est, test, metric=metric, eps=eps, certificate_params=cert_params or None)
+    with warnings.catch_warnings():
+        # a gap that cannot be computed on this split is NaN; the run reports it once (_gap_notes)
+        warnings.simplefilter("ignore", GroupGapWarning)
+        row = evaluate(est, test, metric=metric, eps=eps, certificate_params=cert_params or None)
     row = {k: _plain(v) for k, v in row.items()}
     row["fit_seconds"] = fit_seconds
     row["eval_seconds"] = time.perf_counter() - t1
@@ -415,14 +429,39 @@ def _run_unit(cfg: Config, unit: Unit, train: Any, test: Any) -> dict[str, Any]:
 
 
 def _certificate_metric(cfg: Config, train: Any):
-    """The configured fair metric, fitted on the training split (the same for every method)."""
-    from budro import registry
+    """``(metric, embedding, nn_scale)``: the configured fair metric fitted on the training split
+    (the same for every method), the function giving new rows in its coordinates (None: the rows
+    themselves, numeric), and the split's nearest-neighbour scale when ``eps_unit = "nn"`` (the
+    default certificate eps is then ``eps`` of those units, as BuDRO trains with, else ``eps``).
 
-    names = list(train.X.columns)
+    A raw table (strings, categories, missing values) is embedded as BuDRO embeds it: a
+    :class:`budro.tables.TableEncoder` fitted on the training rows, the metric learned on its
+    ``metric_matrix`` (numerics imputed and standardised, categoricals one-hot, every one-hot column
+    of a protected column protected), so the certificate measures every method with BuDRO's own
+    fair metric.  Prepared numeric data is used as it is."""
+    from budro import registry
+    from budro.tables import TableEncoder, table_needs_encoding
+
     protected = list(cfg.protected) or list(train.protected)
-    idx = [names.index(p) if isinstance(p, str) else int(p) for p in protected]
     learner = registry.create("fair_metric", cfg.fair_metric, **dict(cfg.fair_metric_params))
-    return learner.fit(train.X.to_numpy(dtype=float), idx, y=np.asarray(train.y))
+    embedding = None
+    if table_needs_encoding(train.X):
+        encoder = TableEncoder().fit(train.X, protected=protected, native_categorical=False)
+        X_metric, idx = encoder.metric_matrix(train.X), list(encoder.protected_metric_indices_)
+        embedding = encoder.metric_matrix
+        y = np.unique(np.asarray(train.y), return_inverse=True)[1]
+    else:
+        names = list(train.X.columns)
+        idx = [names.index(p) if isinstance(p, str) else int(p) for p in protected]
+        X_metric, y = train.X.to_numpy(dtype=float), np.asarray(train.y)
+    metric = learner.fit(X_metric, idx, y=y)
+    nn_scale = None
+    if cfg.eps_unit == "nn":
+        from budro.budget import diagnose_budget
+
+        # the unit BuDRO itself converts eps with (its sample seeded by random_state or 0)
+        nn_scale = diagnose_budget(metric, X_metric, np.asarray(train.y), random_state=cfg.random_state or 0).nn_scale
+    return metric, embedding, nn_scale
 
 
 # ---------------------------------------------------------------------------------- result files
@@ -469,7 +508,8 @@ def _fingerprint(cfg: Config, unit: Unit, inputs: Mapping[str, str] | None = Non
         "seed": unit.seed,
         "certificate": {k: v for k, v in exp.items() if k.startswith("certificate")} | (
             {"eps": cfg.eps, "fair_metric": cfg.fair_metric, "fair_metric_params": cfg.fair_metric_params,
-             "protected": cfg.protected} if exp.get("certificate") else {}),
+             "protected": cfg.protected} if exp.get("certificate") else {}) | (
+            {"eps_unit": cfg.eps_unit} if exp.get("certificate") and cfg.eps_unit != "raw" else {}),
     }
     text = json.dumps(payload, sort_keys=True, default=repr)
     config = hashlib.sha256(text.encode()).hexdigest()
@@ -555,9 +595,44 @@ def metric_columns(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     return order
 
 
+def missing_metric_notes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per (method, grid point, metric) that is NaN on some split, e.g. a group gap on a
+    test split holding only one of the two groups: how many splits, and that the tables average
+    over the others.  A group's ``gap_max``/``gap_rms`` pair is one line."""
+    shown = set(metric_columns(rows))  # the tables' columns (not the optional interval bounds)
+    counts: dict[tuple[str, str, bool], list[int]] = {}  # -> [splits with a NaN, splits]
+    for row in rows:
+        label = str(row.get("method")) + (f" [{row['point']}]" if row.get("point") else "")
+        seen: dict[tuple[str, str, bool], bool] = {}
+        for key, value in row.items():
+            if key not in shown or not _is_number(value):
+                continue
+            m = re.fullmatch(r"gap_(?:max|rms)\[(.+)\]", key)
+            what = (label, f"the gaps of group {m.group(1)!r}" if m else repr(key), bool(m))
+            seen[what] = seen.get(what, False) or math.isnan(float(value))
+        for what, nan in seen.items():
+            entry = counts.setdefault(what, [0, 0])
+            entry[0] += nan
+            entry[1] += 1
+    notes = []
+    for (label, name, is_gap), (bad, total) in counts.items():
+        if not bad:
+            continue
+        why = " (the test part held only one of the two groups, or a group had no row of some label)" if is_gap else ""
+        rest = (f"mean and std over the other {total - bad}, marked ({total - bad}/{total}) in the tables"
+                if bad < total else "no mean, '-' in the tables")
+        notes.append(f"{label}: {name} could not be computed on {bad} of {total} split(s){why}; {rest}")
+    return notes
+
+
 def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Mean and standard deviation (``ddof=1``; NaN for one split) of every numeric metric,
-    per method and grid point, in the order of first appearance."""
+    per method and grid point, in the order of first appearance.
+
+    A metric that is NaN on some splits (a group gap on a test split holding one group only) is
+    averaged over the splits where it is a number; ``<metric>_n`` then says over how many (present
+    only when that is fewer than ``n_splits`` and more than 0), and :func:`markdown_table` shows
+    ``(k/n)`` in the cell.  :func:`missing_metric_notes` words it for the run's notes."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         groups.setdefault((row["method"], row.get("point", "")), []).append(row)
@@ -576,6 +651,8 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             finite = values[np.isfinite(values)]
             entry[f"{key}_mean"] = float(finite.mean()) if finite.size else math.nan
             entry[f"{key}_std"] = float(finite.std(ddof=1)) if finite.size > 1 else math.nan
+            if 0 < finite.size < values.size:
+                entry[f"{key}_n"] = int(finite.size)
         out.append(entry)
     return out
 
@@ -602,14 +679,18 @@ def _title(key: str) -> str:
 
 def markdown_table(summary: Sequence[Mapping[str, Any]], columns: Sequence[str], *, with_point: bool = False,
                    first: str = "Method") -> str:
-    """A markdown table, one row per method (and grid point), cells ``mean ± std``."""
+    """A markdown table, one row per method (and grid point), cells ``mean ± std``; ``(k/n)`` after
+    a cell: the metric is a number on k of the n splits only, and averaged over those."""
     head = [first] + (["Parameters"] if with_point else []) + [_title(c) for c in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * len(head)) + "|"]
     for entry in summary:
         cells = [str(entry["method"])] + ([entry.get("point") or "(config)"] if with_point else [])
         for c in columns:
             digits = 1 if c == "fit_seconds" else 3
-            cells.append(format_mean_std(entry.get(f"{c}_mean", math.nan), entry.get(f"{c}_std", math.nan), digits))
+            cell = format_mean_std(entry.get(f"{c}_mean", math.nan), entry.get(f"{c}_std", math.nan), digits)
+            if f"{c}_n" in entry:  # a number on only some of the splits
+                cell += f" ({entry[f'{c}_n']}/{entry['n_splits']})"
+            cells.append(cell)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -757,55 +838,40 @@ def _parse_value(text: str) -> Any:
 
 
 class _Progress:
-    """``[#####-----] 12/40  split 3  BuDRO  5.2 s  elapsed 1m02s  left ~2m`` on stderr."""
+    """The experiment's progress bar, drawn by :mod:`tqdm` on stderr (or the given stream), as
+    :class:`budro.progress.ProgressBar` draws training's: units done of all, elapsed time and
+    tqdm's estimate of the time left (from the computed units; cached ones are counted at once),
+    and the unit just finished::
 
-    def __init__(self, total: int, progress: bool | TextIO):
-        self.total = max(total, 1)
-        self.enabled = progress is not False and progress is not None
-        self._stream = None if progress is True else progress
-        self.done = 0
-        self.start = time.perf_counter()
-        self.computed_time = 0.0
-        self.computed = 0
+        experiment:  42%|████▏     | 5/12 [00:03<00:05, split=2, method=BuDRO [eps=0.3], fit=0.6 s]
 
-    @property
-    def stream(self) -> TextIO:
-        return self._stream if self._stream is not None else sys.stderr
+    Units reused from earlier runs (``cached``) count as done from the start, so the rate and the
+    time left come from the units computed now.  Not on a terminal (a log file) it writes a line
+    at most every 5 s, and the final one.
+    """
+
+    def __init__(self, total: int, progress: bool | TextIO, cached: int = 0):
+        from tqdm import tqdm
+
+        enabled = progress is not False and progress is not None
+        stream = sys.stderr if progress is True or not enabled else progress
+        params: dict[str, Any] = {}
+        if not bool(getattr(stream, "isatty", lambda: False)()):
+            params["mininterval"] = 5.0
+        self._bar = tqdm(total=max(int(total), 1), initial=int(cached), desc="experiment", unit="fit", file=stream,
+                         disable=not enabled, dynamic_ncols=True, **params)
 
     def update(self, unit: Unit, *, cached: bool = False, seconds: float | None = None) -> None:
-        self.done += 1
-        if not cached:
-            self.computed += 1
-        if not self.enabled:
-            return
-        elapsed = time.perf_counter() - self.start
-        rate = elapsed / self.computed if self.computed else 0.0
-        left = rate * (self.total - self.done)
-        width = 30
-        filled = int(width * self.done / self.total)
         what = unit.label + (f" [{unit.point_name}]" if unit.point else "")
-        info = "cached" if cached else (f"fit {seconds:.1f} s" if seconds is not None else "")
-        line = (f"[{'#' * filled}{'-' * (width - filled)}] {self.done}/{self.total}  split {unit.split}  {what}  {info}"
-                f"  elapsed {_duration(elapsed)}" + (f"  left ~{_duration(left)}" if self.computed and self.done < self.total else ""))
-        if bool(getattr(self.stream, "isatty", lambda: False)()):
-            self.stream.write("\r\033[K" + line)
+        info = "cached" if cached else (f"{seconds:.1f} s" if seconds is not None else "")
+        self._bar.set_postfix({"split": unit.split, "method": what, "fit": info}, refresh=False)
+        if cached:
+            self._bar.refresh()  # counted at the start
         else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            self._bar.update(1)
 
     def close(self) -> None:
-        if self.enabled and bool(getattr(self.stream, "isatty", lambda: False)()):
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+        self._bar.close()
 
 
 def _fmt_value(v: Any) -> str:

@@ -282,3 +282,20 @@ def test_evaluate_with_arrays_and_errors():
         evaluate(LinearRule(), X, y, eps=0.1)
     with pytest.raises(ValidationError, match="groups must be a mapping"):
         evaluate(LinearRule(), X, y, groups=[1, 2])
+
+
+def test_evaluate_gap_of_rows_holding_one_group_is_nan_with_a_warning():
+    """A small test split may hold one of the two groups only: its gap is NaN (with a
+    GroupGapWarning), the other metrics are computed; more than two groups is still an error."""
+    from budro.evaluation import GroupGapWarning
+
+    X = np.array([[0.0, 0.2], [1.0, 0.2], [0.0, 0.9], [1.0, 0.9]])
+    y = np.array([0, 0, 1, 1])
+    with pytest.warns(GroupGapWarning, match=r"gap of group 'g' is NaN: the 4 rows hold only one of its groups \(1\)"):
+        row = evaluate(LinearRule(), X, y, groups={"g": np.ones(4, dtype=int), "h": np.array([0, 1, 0, 1])})
+    assert math.isnan(row["gap_max[g]"]) and math.isnan(row["gap_rms[g]"])
+    assert row["accuracy"] == 0.75 and row["gap_max[h]"] == 1.0
+    with pytest.raises(ValidationError, match="exactly two groups"):
+        evaluate(LinearRule(), X, y, groups={"g": np.array([0, 1, 2, 2])})
+    with pytest.warns(GroupGapWarning):  # also a subclass of RuntimeWarning, as before
+        group_gaps([0, 1, 0], [0, 1, 1], [0, 0, 1])

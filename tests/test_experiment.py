@@ -334,3 +334,71 @@ def test_output_paths_are_checked_before_training(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment.tempfile, "mkstemp", read_only)
     with pytest.raises(ValidationError, match="out3' is not writable \\(Permission denied\\)"):
         run_experiment(cfg, output=tmp_path / "out3", progress=False)
+
+
+# ---------------------------------------------------------------------------------- undefined gaps, progress
+
+
+SMALL_MINORITY = {
+    "n_steps": 2,
+    "protected": ["x1"],
+    "random_state": 0,
+    "data": {"source": "synthetic", "n": 80, "n_majority": 72},  # 8 points in the minority cluster
+    "backend": {"name": "xgboost", "max_depth": 2, "nthread": 1},
+    "fair_metric": {"name": "sensitive-subspace", "fit_linear_models": False},
+    "experiment": {"splits": 12},
+    "methods": {"Baseline": {"method": "gbdt", "n_rounds": 3}},
+}
+
+
+def test_a_test_split_holding_one_group_gives_a_nan_gap_not_an_abort(tmp_path, capsys):
+    cfg = parse_config(SMALL_MINORITY)
+    ds = cfg.load_dataset()
+    one_group = [k for k in range(12) if np.unique(ds.train_test_split(0.2, random_state=k)[1].groups["x1"]).size == 1]
+    assert one_group  # the case that made evaluate raise and the run exit with status 2
+    (tmp_path / "small.toml").write_text(_toml(SMALL_MINORITY))
+    assert main(["experiment", str(tmp_path / "small.toml"), "-o", str(tmp_path / "out"), "-q"]) == 0
+    err = capsys.readouterr().err
+    splits = _read_csv(tmp_path / "out" / "splits.csv")
+    gaps = np.array([float(r["gap_rms[x1]"]) if r["gap_rms[x1]"] else np.nan for r in splits])
+    assert all(np.isnan(gaps[k]) for k in one_group)
+    finite = gaps[np.isfinite(gaps)]
+    assert 0 < finite.size < 12
+    summary = _read_csv(tmp_path / "out" / "summary.csv")[0]
+    assert float(summary["gap_rms[x1]_mean"]) == pytest.approx(finite.mean())  # over the splits with a gap
+    assert int(summary["gap_rms[x1]_n"]) == finite.size and "accuracy_n" not in summary
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert f"{finite.mean():.3f} ± {finite.std(ddof=1):.3f} ({finite.size}/12)" in md
+    note = f"Baseline: the gaps of group 'x1' could not be computed on {12 - finite.size} of 12 split(s)"
+    assert note in md and note in err
+
+
+def _toml(config):
+    """A flat TOML text of a config dict (values are numbers, strings, lists; sections one level deep)."""
+    import json
+
+    def value(v):
+        return json.dumps(v) if not isinstance(v, dict) else "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+
+    lines = [f"{k} = {value(v)}" for k, v in config.items() if not isinstance(v, dict)]
+    for section, table in config.items():
+        if isinstance(table, dict):
+            lines.append(f"[{section}]")
+            lines += [f"{k} = {value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_progress_bar_is_drawn_by_tqdm(tmp_path):
+    import io
+
+    cfg = parse_config({**CSV_CONFIG, "data": {"source": "synthetic"}, "experiment": {"splits": 3}})
+    stream = io.StringIO()
+    run_experiment(cfg, output=tmp_path, progress=stream)
+    text = stream.getvalue()
+    assert "experiment: 100%|" in text and "| 3/3 [" in text and "fit/s" in text
+    assert "split=2, method=Baseline, fit=" in text
+    stream = io.StringIO()
+    run_experiment(cfg, output=tmp_path, splits=4, progress=stream)  # 3 reused, counted from the start
+    text = stream.getvalue()
+    assert "| 3/4 [" in text and "fit=cached" in text and "| 4/4 [" in text
+    assert run_experiment(cfg, output=tmp_path, progress=False).n_reused == 3
