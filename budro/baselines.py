@@ -30,7 +30,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from budro import registry
-from budro.backends._common import check_float32_range
+from budro.backends._common import BuiltinBackend, check_float32_range
 from budro.estimator import PREPROCESSING, BuDROClassifier
 from budro.exceptions import ConfigError, ValidationError
 from budro.tables import DEFAULT_MAX_CATEGORIES, TableEncoder, is_table, table_needs_encoding
@@ -165,10 +165,11 @@ class _BoostedBase(ClassifierMixin, BaseEstimator):
     def _fit_backend(self, X: np.ndarray, y_enc: np.ndarray, sample_weight: Any = None) -> None:
         n_rounds = _check_n_rounds(self.n_rounds)
         backend = _make_plugin("backend", self.backend, self.backend_params, self.random_state, "backend")
-        names = getattr(self.table_, "booster_feature_names_", None) if self._table_matrix == "booster" else None
-        if names is None and hasattr(self, "feature_names_in_") and self._table_matrix == "booster":
-            names = list(self.feature_names_in_)
-        check_float32_range(X, "X", names)  # names the column, before the backend's own check by position
+        if isinstance(backend, BuiltinBackend):  # its float32 limit, naming the column (check_X gives positions)
+            names = getattr(self.table_, "booster_feature_names_", None) if self._table_matrix == "booster" else None
+            if names is None and hasattr(self, "feature_names_in_") and self._table_matrix == "booster":
+                names = list(self.feature_names_in_)
+            check_float32_range(X, "X", names)
         self.backend_ = backend.fit_native(X, y_enc, int(self.classes_.size), n_rounds,
                                            random_state=self.random_state, sample_weight=sample_weight,
                                            categorical_features=self._categorical_features())

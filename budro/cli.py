@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--output", "-o", help="output folder (default: the config's experiment.output, else results/CONFIG)")
     exp.add_argument("--seed", type=int, help="seed of the first split (default: the config's experiment.seed, else 0)")
     exp.add_argument("--methods", help="comma-separated method labels to run (default: all)")
-    exp.add_argument("--grid", nargs="*", metavar="SPEC",
+    exp.add_argument("--grid", nargs="*", action="extend", metavar="SPEC",  # repeated --grid: all of them
                      help="trade-off grid: alone, the config's [grid] section; or LABEL.PARAM=V1,V2 / PARAM=V1,V2 "
                           "(PARAM alone applies to every budro method), e.g. --grid eps=0.1,0.3,1")
     exp.add_argument("--fresh", action="store_true", help="recompute every fit even where a result file exists")

@@ -12,6 +12,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from budro import registry
+from budro.backends._common import BuiltinBackend, check_float32_range
 from budro.budget import check_budget, check_eps_unit, diagnose_budget, effective_eps
 from budro.core import BuDRO, Callback, _check_eps, _check_n_neighbors, _check_n_steps
 from budro.exceptions import ConfigError, ValidationError
@@ -172,6 +173,9 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         else:
             self.table_ = None
             X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
+        if isinstance(backend, BuiltinBackend):  # its float32 limit, before any work, naming the user's column
+            names = self.table_.booster_feature_names_ if self.table_ is not None else getattr(self, "feature_names_in_", None)
+            check_float32_range(X, "X", names)
         check_classification_targets(y)
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:

@@ -20,6 +20,7 @@ from budro.exceptions import ConfigError, ValidationError
 
 FAST = {"max_depth": 3, "nthread": 1}
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def _table(n=160, seed=0):
@@ -197,18 +198,23 @@ def test_cli_audit_a_headerless_file_and_reuse_a_config(tmp_path, capsys):
 # ---------------------------------------------------------------------------------- the raw UCI files
 
 
-def _data_home() -> Path:
-    home = os.environ.get("BUDRO_DATA_HOME")
-    if not home:
-        pytest.skip("set BUDRO_DATA_HOME to the folder holding german/german.data and adult/adult.{data,test} "
-                    "(e.g. BUDRO_DATA_HOME=../shared/data) to run the raw-file acceptance tests")
-    return Path(home)
+def _data_home(monkeypatch, *files: str) -> Path:
+    """The data home of the raw UCI files: ``BUDRO_DATA_HOME`` when set, else ``../shared/data``
+    next to the repository (the project's rule, as ``tests/conftest.py``); exported as
+    ``BUDRO_DATA_HOME`` for the example configs (``path = "$BUDRO_DATA_HOME/..."``).  Skips, saying
+    where to put them, only when ``files`` are absent there."""
+    home = Path(os.environ.get("BUDRO_DATA_HOME") or SHARED_DATA)
+    missing = [f for f in files if not (home / f).is_file()]
+    if missing:
+        where = "BUDRO_DATA_HOME" if os.environ.get("BUDRO_DATA_HOME") else f"{SHARED_DATA} (BUDRO_DATA_HOME is not set)"
+        pytest.skip(f"{', '.join(missing)} missing under {home}: put the UCI files in {where}, or set BUDRO_DATA_HOME "
+                    f"to the folder holding german/german.data and adult/adult.{{data,test}} (README.md, the data home)")
+    monkeypatch.setenv("BUDRO_DATA_HOME", str(home))
+    return home
 
 
 def test_raw_german_file_trains_predicts_and_audits_through_the_example_config(monkeypatch, tmp_path):
-    home = _data_home()
-    if not (home / "german" / "german.data").is_file():
-        pytest.skip(f"{home / 'german' / 'german.data'} is missing: put the UCI file there (see the data home README)")
+    _data_home(monkeypatch, "german/german.data")
     cfg = load_config(EXAMPLES / "german-raw.toml")
     cfg.n_steps = 5
     X, y = cfg.load_data()
@@ -227,11 +233,11 @@ def test_raw_german_file_trains_predicts_and_audits_through_the_example_config(m
 
 
 @pytest.mark.slow
-def test_raw_adult_files_train_predict_and_audit_through_the_example_configs(tmp_path):
-    home = _data_home()
-    missing = [p for p in ("adult/adult.data", "adult/adult.test") if not (home / p).is_file()]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} missing under {home}: put the UCI files there (see the data home README)")
+def test_raw_adult_files_train_predict_and_audit_through_the_example_configs(monkeypatch, tmp_path):
+    """Slow (about SECONDS s on 2 cores: 32561 training rows, 16281 audited): run it with
+    ``python -m pytest -m slow tests/test_audit_any_table.py``; the data come from BUDRO_DATA_HOME,
+    else ../shared/data."""
+    _data_home(monkeypatch, "adult/adult.data", "adult/adult.test")
     cfg = load_config(EXAMPLES / "adult-raw.toml")
     cfg.n_steps, cfg.n_neighbors = 3, 8
     X, y = cfg.load_data()
@@ -249,3 +255,42 @@ def test_raw_adult_files_train_predict_and_audit_through_the_example_configs(tmp
             "gap_max[sex]", "gap_max[race]", "certificate"} <= set(m)
     assert "groups of 'race': race = White vs race other or missing" in report.notes or \
         "groups of 'race': race = White vs race other" in report.notes
+
+
+def test_raw_german_experiment_with_the_baselines_a_grid_and_the_certificate(monkeypatch, tmp_path, capsys):
+    """``budro experiment examples/german-raw.toml --splits 2 --grid eps=...`` on the raw UCI file:
+    BuDRO at two budgets against gbdt, project and reweigh (on the raw personal_status), every
+    method certified in BuDRO's own fair metric (few rounds here, for speed)."""
+    import csv
+
+    from budro.experiment import _certificate_metric
+
+    _data_home(monkeypatch, "german/german.data")
+    out = tmp_path / "out"
+    args = ["experiment", str(EXAMPLES / "german-raw.toml"), "--splits", "2", "--grid", "eps=0.3,1", "n_steps=4",
+            "--grid", "Baseline.n_rounds=5", "--grid", "Project.n_rounds=5", "--grid", "Reweigh.n_rounds=5",
+            "-o", str(out), "-q"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # budget warnings of the tiny runs
+        assert main(args) == 0
+    text = capsys.readouterr().out
+    for row in ("| BuDRO | eps=0.3,n_steps=4 |", "| BuDRO | eps=1,n_steps=4 |", "| Baseline | n_rounds=5 |",
+                "| Project | n_rounds=5 |", "| Reweigh | n_rounds=5 |"):
+        assert row in text
+    with open(out / "grid-splits.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 10 and {r["method"] for r in rows} == {"BuDRO", "Baseline", "Project", "Reweigh"}
+    for r in rows:
+        assert float(r["certificate"]) >= 0 and 0.5 < float(r["accuracy"]) <= 1
+        assert {"consistency[personal_status]", "consistency[age]", "gap_max[age]"} <= set(r) and r["gap_max[age]"]
+    # The certificate's metric is BuDRO's own: the same table embedding and sensitive subspace.
+    cfg = load_config(EXAMPLES / "german-raw.toml")
+    cfg.n_steps = 2
+    train, test = cfg.load_dataset().train_test_split(0.2, random_state=0)
+    metric, embedding, nn_scale = _certificate_metric(cfg, train)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        clf = cfg.make_method("BuDRO").fit(train.X, train.y)
+    assert nn_scale is None and np.array_equal(embedding(test.X), clf.metric_matrix(test.X))
+    Z = clf.metric_matrix(test.X)
+    assert np.allclose(metric.embed(Z), clf.fair_metric_.embed(Z))

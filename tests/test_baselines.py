@@ -303,6 +303,11 @@ def test_values_beyond_float32_are_refused_at_the_backend_boundary(rng, backend)
     big = X.assign(x1=X["x1"].where(X.index != 7, 1e39))
     with pytest.raises(ValidationError, match=r"column 'x1' holds 1e\+39 \(row 7\), beyond the float32 range"):
         GBDTClassifier(backend=backend, n_rounds=2).fit(big, y)
+    # a raw table (booster columns numeric first): the user's column is named, before any training
+    table = big.assign(kind=np.where(y == 1, "a", "b"))[["kind", "x0", "x1"]]
+    for clf in (BuDROClassifier(backend=backend, n_steps=2), GBDTClassifier(backend=backend, n_rounds=2)):
+        with pytest.raises(ValidationError, match=r"column 'x1' holds 1e\+39 \(row 7\)"):
+            clf.fit(table, y)
     b = registry.create("backend", backend)
     with pytest.raises(ValidationError, match=r"column 1 holds -1e\+39 \(row 7\)"):
         b.fit_native(-big.to_numpy(), y, 2, 2)
