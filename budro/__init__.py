@@ -6,6 +6,14 @@ A pluggable framework: booster backends, transport solvers and fair-metric learn
 
 from __future__ import annotations
 
+import os as _os
+
+# OpenMP threads that spin after each parallel region take the cores budro's solve (and, on a busy
+# machine, everyone else) needs; a runtime reads this once when it starts, so it is set here,
+# before any booster is imported.  Set OMP_WAIT_POLICY yourself to choose otherwise
+# (budro/_threads.py, docs/threads.md).
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from budro.exceptions import (
     BudroError,
     ConfigError,

@@ -124,6 +124,10 @@ class BuiltinBackend(Backend):
     PROBE_SKIP: ClassVar[frozenset[str]] = frozenset()
     #: The library's name in messages.
     LIBRARY: ClassVar[str] = ""
+    #: The native name of the library's thread count; when the user gives none, training uses
+    #: :func:`budro._threads.default_threads` (the cores this process may use), not the
+    #: library's own default (every core of the machine, whatever the affinity mask or cgroup).
+    THREAD_PARAM: ClassVar[str | None] = None
 
     #: Categorical columns of the current model (class-level default: backends pickled before
     #: categorical support unpickle without the attribute).
@@ -219,6 +223,15 @@ class BuiltinBackend(Backend):
     def __repr__(self) -> str:
         args = [f"weight_scale={self.weight_scale!r}"] + [f"{k}={v!r}" for k, v in self._user_params.items()]
         return f"{type(self).__name__}({', '.join(args)})"
+
+    def _with_threads(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with the thread count budro chooses (:data:`THREAD_PARAM`) unless the user
+        set one (under any alias)."""
+        if self.THREAD_PARAM is not None and self.THREAD_PARAM not in self._given_as:
+            from budro._threads import default_threads
+
+            params[self.THREAD_PARAM] = default_threads()
+        return params
 
     def _key(self, native: str) -> str:
         """The name under which the user gave ``native`` (an alias or the native name)."""

@@ -311,6 +311,7 @@ class CatBoostBackend(BuiltinBackend):
 
     PARAM_RULES = PARAM_RULES
     PROBE_SKIP = frozenset({"thread_count", "used_ram_limit"})
+    THREAD_PARAM = "thread_count"
     LIBRARY = "CatBoost"
 
     @classmethod
@@ -359,7 +360,7 @@ class CatBoostBackend(BuiltinBackend):
         return bool(self._models)
 
     def _native_params(self, n_classes: int, random_state: int | None) -> dict[str, Any]:
-        params = {**self._params, **FIXED_PARAMS}
+        params = self._with_threads({**self._params, **FIXED_PARAMS})
         if n_classes == 2:
             params.update(loss_function="Logloss", boost_from_average=False)
         else:

@@ -376,6 +376,7 @@ class LightGBMBackend(BuiltinBackend):
     DEFAULT_PARAMS = DEFAULT_PARAMS
     PARAM_RULES = PARAM_RULES
     PROBE_SKIP = frozenset({"monotone_constraints", "interaction_constraints", "max_bin_by_feature", "num_threads"})
+    THREAD_PARAM = "num_threads"
     LIBRARY = "LightGBM"
 
     @classmethod
@@ -400,7 +401,7 @@ class LightGBMBackend(BuiltinBackend):
         return self._booster is not None
 
     def _train_params(self, n_classes: int, random_state: int | None, *, native: bool) -> dict[str, Any]:
-        params = dict(self._params)
+        params = self._with_threads(dict(self._params))
         params.update(boost_from_average=False, metric="None")
         if n_classes > 2 and float(params.get("scale_pos_weight", 1.0)) != 1.0:
             raise ValidationError(

@@ -239,6 +239,7 @@ class XGBoostBackend(BuiltinBackend):
     DEFAULT_PARAMS = DEFAULT_PARAMS
     PARAM_RULES = PARAM_RULES
     PROBE_SKIP = frozenset({"monotone_constraints", "interaction_constraints", "device", "nthread"})
+    THREAD_PARAM = "nthread"
     LIBRARY = "XGBoost"
 
     @classmethod
@@ -261,7 +262,7 @@ class XGBoostBackend(BuiltinBackend):
         return self._booster is not None
 
     def _train_params(self, n_classes: int, random_state: int | None) -> dict[str, Any]:
-        params = dict(self._params)
+        params = self._with_threads(dict(self._params))
         try:
             scale_pos_weight = float(params.get("scale_pos_weight", 1.0))
         except (TypeError, ValueError):
@@ -454,8 +455,7 @@ class XGBoostBackend(BuiltinBackend):
             booster.load_model(bytearray(data))
         except xgb.core.XGBoostError as exc:
             raise ValidationError(f"the data is not a valid XGBoost model: {_first_line(exc)}") from None
-        if "nthread" in self._params:
-            booster.set_param({"nthread": self._params["nthread"]})
+        booster.set_param({"nthread": self._with_threads(dict(self._params)).get("nthread", 0)})
         self.finish()
         self._booster = booster
         self.n_classes_, self.n_features_in_, self._categorical = n_classes, n_features, categorical

@@ -1,0 +1,176 @@
+"""How many threads budro's work uses: the cores this process may actually run on.
+
+``os.cpu_count()`` counts the machine's cores, not the ones a process gets: a CPU affinity mask
+(``taskset``, ``docker --cpuset-cpus``, a batch scheduler) or a CPU quota of the process's cgroup
+(``docker --cpus``, Kubernetes CPU limits) gives it fewer, and a thread pool sized to the
+machine then has threads waiting for each other at every barrier.  :func:`available_cores` is the
+one place budro asks:
+
+- the affinity mask (``os.sched_getaffinity``; ``os.cpu_count()`` where that does not exist);
+- the cgroup's CPU quota, rounded up: cgroup v2 ``cpu.max`` (``"quota period"``, or ``"max"``),
+  cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (quota -1: none), read for the process's
+  own cgroup (``/proc/self/cgroup``) and each of its parents, the smallest limit winning;
+- the environment variable ``BUDRO_NUM_THREADS``, when set, replaces both (a positive integer).
+
+:func:`default_threads` is what the built-in backends use for their thread count when the user
+gives none (``nthread``, ``num_threads``, ``thread_count``), and :func:`limit_threads` bounds the
+OpenMP and BLAS thread pools (with threadpoolctl) while budro's own code runs (fair-metric
+fitting, the neighbour search, the transport solves).
+
+``OMP_WAIT_POLICY``: ``import budro`` sets it to ``PASSIVE`` unless it is already set
+(``os.environ.setdefault``; see :data:`OMP_WAIT_POLICY_DEFAULT`).  An OpenMP runtime reads it once,
+when it starts, so it only applies to boosters imported after budro; set it yourself (any value,
+e.g. ``ACTIVE``) before importing budro to choose otherwise.  Why: OpenMP threads that finished a
+parallel region keep spinning on their core for a while, and budro alternates a booster round
+(OpenMP) with its own transport solve (numpy, numba); spinning threads of one pool take the cores
+the next step needs, which costs little on an idle machine and a great deal on a busy one
+(docs/threads.md has the measurements).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from pathlib import Path
+from typing import Iterator
+
+from budro.exceptions import ConfigError
+
+__all__ = ["available_cores", "default_threads", "limit_threads", "OMP_WAIT_POLICY_DEFAULT", "ENV_THREADS"]
+
+#: Environment variable that fixes the thread count budro uses (overrides affinity and cgroups).
+ENV_THREADS = "BUDRO_NUM_THREADS"
+#: The ``OMP_WAIT_POLICY`` budro sets at import when the environment has none.
+OMP_WAIT_POLICY_DEFAULT = "PASSIVE"
+
+# Where the kernel describes the process's cgroups (module attributes so tests can point them
+# at files of their own).
+_PROC_CGROUP = "/proc/self/cgroup"
+_CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _affinity_cores() -> int:
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        try:
+            return max(1, len(getaffinity(0)))
+        except OSError:  # pragma: no cover - platforms that list it but refuse
+            pass
+    return max(1, os.cpu_count() or 1)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _cgroup_dirs() -> list[tuple[str, Path]]:
+    """``(version, directory)`` of the process's cgroup and its parents, innermost first, for
+    the cgroup v2 hierarchy and the v1 ``cpu`` controller."""
+    text = _read(Path(_PROC_CGROUP))
+    if not text:
+        return []
+    root = Path(_CGROUP_ROOT)
+    out: list[tuple[str, Path]] = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, rel = parts
+        rel_parts = [p for p in rel.strip().split("/") if p]
+        if controllers == "":  # cgroup v2 (unified): /sys/fs/cgroup/<path>
+            bases = [("v2", root)]
+        elif "cpu" in controllers.split(","):  # cgroup v1: /sys/fs/cgroup/<controllers>/<path>
+            bases = [("v1", root / controllers), ("v1", root / "cpu"), ("v1", root / "cpu,cpuacct")]
+        else:
+            continue
+        for version, base in bases:
+            for depth in range(len(rel_parts), -1, -1):
+                d = base.joinpath(*rel_parts[:depth])
+                if (version, d) not in out:
+                    out.append((version, d))
+    return out
+
+
+def _quota(version: str, d: Path) -> float | None:
+    """The CPU quota of one cgroup directory in cores, None when unlimited or unreadable."""
+    if version == "v2":
+        text = _read(d / "cpu.max")
+        if not text:
+            return None
+        fields = text.split()
+        if len(fields) < 1 or fields[0] == "max":
+            return None
+        period = fields[1] if len(fields) > 1 else "100000"
+    else:
+        quota_text, period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
+        if quota_text is None or period is None:
+            return None
+        fields = [quota_text]
+    try:
+        quota, per = int(fields[0]), int(period)
+    except ValueError:
+        return None
+    if quota <= 0 or per <= 0:  # -1: no quota
+        return None
+    return quota / per
+
+
+def _cgroup_cores() -> int | None:
+    """The smallest CPU quota of the process's cgroups, rounded up to whole cores (None: none)."""
+    quotas = [q for q in (_quota(v, d) for v, d in _cgroup_dirs()) if q is not None]
+    if not quotas:
+        return None
+    return max(1, math.ceil(min(quotas)))
+
+
+def _env_threads() -> int | None:
+    value = os.environ.get(ENV_THREADS)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"environment variable {ENV_THREADS} must be a positive integer (threads), got {value!r}")
+    return n
+
+
+def available_cores() -> int:
+    """The number of CPU cores this process may use (at least 1).
+
+    ``BUDRO_NUM_THREADS`` when set; otherwise the smaller of the affinity mask's size and the
+    cgroup CPU quota (v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``, rounded up), whichever exist.
+    """
+    env = _env_threads()
+    if env is not None:
+        return env
+    cores = _affinity_cores()
+    quota = _cgroup_cores()
+    return min(cores, quota) if quota is not None else cores
+
+
+def default_threads() -> int:
+    """The thread count of a booster whose user set none: :func:`available_cores`."""
+    return available_cores()
+
+
+@contextlib.contextmanager
+def limit_threads(n: int | None = None) -> Iterator[int]:
+    """Bound the BLAS and OpenMP thread pools loaded in this process to ``n`` threads (default
+    :func:`available_cores`) inside the ``with`` block (threadpoolctl), restoring them after.
+
+    Yields the bound.  Pools of libraries first loaded inside the block are not covered.
+    """
+    limit = available_cores() if n is None else int(n)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        yield limit
+        return
+    with threadpool_limits(limits=limit):
+        yield limit

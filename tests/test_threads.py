@@ -1,0 +1,134 @@
+"""budro._threads: the cores a process may use (affinity, cgroup v1/v2 quotas, BUDRO_NUM_THREADS),
+the thread pools bounded while budro's own code runs, and the backends' default thread counts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from budro import _threads
+from budro.exceptions import ConfigError
+
+
+@pytest.fixture
+def fake_cgroups(tmp_path, monkeypatch):
+    """Point budro._threads at a fake /proc/self/cgroup and /sys/fs/cgroup under tmp_path; fix
+    the affinity mask at 8 cores; clear BUDRO_NUM_THREADS."""
+    root = tmp_path / "sys_fs_cgroup"
+    root.mkdir()
+    proc = tmp_path / "proc_self_cgroup"
+    monkeypatch.setattr(_threads, "_PROC_CGROUP", str(proc))
+    monkeypatch.setattr(_threads, "_CGROUP_ROOT", str(root))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.delenv(_threads.ENV_THREADS, raising=False)
+
+    def write(rel: str, text: str) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    return proc, write
+
+
+def test_no_cgroup_files_uses_the_affinity_mask(fake_cgroups):
+    proc, _ = fake_cgroups
+    assert _threads.available_cores() == 8  # no /proc/self/cgroup at all
+    proc.write_text("0::/user.slice\n")
+    assert _threads.available_cores() == 8  # a cgroup without cpu.max
+
+
+def test_affinity_mask_smaller_than_the_machine(fake_cgroups, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 5, 6})
+    assert _threads.available_cores() == 3
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "expected"),
+    [("max 100000", 8), ("200000 100000", 2), ("150000 100000", 2), ("50000 100000", 1), ("1600000 100000", 8),
+     ("garbage", 8), ("", 8)],
+)
+def test_cgroup_v2_cpu_max(fake_cgroups, cpu_max, expected):
+    proc, write = fake_cgroups
+    proc.write_text("0::/kubepods/pod1/ctr\n")
+    write("kubepods/pod1/ctr/cpu.max", cpu_max + "\n")
+    assert _threads.available_cores() == expected
+
+
+def test_cgroup_v2_parent_limit_applies(fake_cgroups):
+    """A quota on a parent cgroup limits the child; the smallest along the path wins."""
+    proc, write = fake_cgroups
+    proc.write_text("0::/a/b\n")
+    write("a/b/cpu.max", "max 100000\n")
+    write("a/cpu.max", "300000 100000\n")
+    write("cpu.max", "500000 100000\n")
+    assert _threads.available_cores() == 3
+
+
+def test_cgroup_v2_namespace_root(fake_cgroups):
+    """Inside a container with its own cgroup namespace the path is '/': the root's cpu.max."""
+    proc, write = fake_cgroups
+    proc.write_text("0::/\n")
+    write("cpu.max", "250000 100000\n")
+    assert _threads.available_cores() == 3
+
+
+@pytest.mark.parametrize(("quota", "period", "expected"), [("-1", "100000", 8), ("100000", "100000", 1),
+                                                            ("400000", "100000", 4), ("250000", "100000", 3)])
+def test_cgroup_v1_cfs_quota(fake_cgroups, quota, period, expected):
+    proc, write = fake_cgroups
+    proc.write_text("12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n")
+    write("cpu,cpuacct/docker/abc/cpu.cfs_quota_us", quota + "\n")
+    write("cpu,cpuacct/docker/abc/cpu.cfs_period_us", period + "\n")
+    assert _threads.available_cores() == expected
+
+
+def test_cgroup_v1_container_sees_its_cgroup_at_the_mount_root(fake_cgroups):
+    """Docker on cgroup v1: /proc/self/cgroup names /docker/<id>, but the container's own cgroup
+    is mounted at /sys/fs/cgroup/cpu itself (the path below it does not exist)."""
+    proc, write = fake_cgroups
+    proc.write_text("3:cpu:/docker/0123\n")
+    write("cpu/cpu.cfs_quota_us", "200000\n")
+    write("cpu/cpu.cfs_period_us", "100000\n")
+    assert _threads.available_cores() == 2
+
+
+def test_environment_variable_overrides(fake_cgroups, monkeypatch):
+    proc, write = fake_cgroups
+    proc.write_text("0::/\n")
+    write("cpu.max", "100000 100000\n")
+    monkeypatch.setenv(_threads.ENV_THREADS, "5")
+    assert _threads.available_cores() == 5
+    for bad in ("0", "-2", "two", "1.5"):
+        monkeypatch.setenv(_threads.ENV_THREADS, bad)
+        with pytest.raises(ConfigError, match="BUDRO_NUM_THREADS"):
+            _threads.available_cores()
+
+
+def test_on_this_machine_within_the_affinity_mask():
+    n = _threads.available_cores()
+    assert 1 <= n <= len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else n >= 1
+
+
+def test_limit_threads_bounds_blas_and_restores():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    np.ones((4, 4)) @ np.ones((4, 4))  # BLAS loaded
+    before = {p["filepath"]: p["num_threads"] for p in threadpoolctl.threadpool_info()}
+    with _threads.limit_threads(1) as limit:
+        assert limit == 1
+        assert all(p["num_threads"] == 1 for p in threadpoolctl.threadpool_info())
+    after = {p["filepath"]: p["num_threads"] for p in threadpoolctl.threadpool_info()}
+    assert after == before
+
+
+def test_import_budro_sets_omp_wait_policy_unless_set():
+    code = "import os, budro; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == _threads.OMP_WAIT_POLICY_DEFAULT
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ACTIVE"
