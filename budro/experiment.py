@@ -14,7 +14,9 @@
 * ``splits.csv``: every metric of every (method, split);
 * ``summary.csv`` and ``results.md``: mean and standard deviation (over splits, ``ddof=1``) of
   every metric per method; the markdown table has the paper's layout (accuracy, consistency
-  scores, Gap_Max and Gap_RMS per protected group, training time).
+  scores, Gap_Max and Gap_RMS per protected group, training time).  A metric that is NaN on some
+  splits (a group gap on a test split holding one group only) is averaged over the others, marked
+  ``(k/n)`` in its cell and named in a note under the table.
 
 With ``--grid`` the methods named in the config's ``[grid]`` section are run at every point of
 their parameter grid (e.g. ``eps``), the other methods once, and ``grid.csv``, ``grid.md`` and
@@ -84,6 +86,7 @@ __all__ = [
     "parse_grid_arguments",
     "metric_columns",
     "format_mean_std",
+    "missing_metric_notes",
 ]
 
 #: Bumped when the content of a per-split result changes meaning (old files are then recomputed).
@@ -131,7 +134,8 @@ class ExperimentResult:
     n_reused: int = 0
     columns: list[str] = field(default_factory=list)
     grid: bool = False
-    #: Why finished results were recomputed (a changed input file, another budro version), one line each.
+    #: Why finished results were recomputed (a changed input file, another budro version), and which
+    #: metrics could not be computed on some splits (:func:`missing_metric_notes`), one line each.
     notes: list[str] = field(default_factory=list)
 
     def table(self) -> str:
@@ -189,8 +193,9 @@ def run_experiment(
     command : str, optional
         The command line, written into the markdown files.
     log : callable, optional
-        Called with each note (why finished results are recomputed) before any fit starts; the
-        notes are also in :attr:`ExperimentResult.notes`.
+        Called with each note: why finished results are recomputed (before any fit starts), and
+        after the run which metrics were NaN on some splits; the notes are also in
+        :attr:`ExperimentResult.notes` (the second kind also under the markdown tables).
 
     Raises
     ------
