@@ -155,6 +155,19 @@ class EmbeddingCost(Cost):
             return self._full[:, start:stop]
         return self._compute(start, stop)
 
+    def distinct_points(self) -> tuple[np.ndarray, np.ndarray]:
+        """Points with identical embeddings (bit for bit), which cost exactly the same to every
+        other point: ``(first, group)``, the first row of each distinct embedding (groups numbered
+        in order of their first row) and each row's group.  Computed once and kept."""
+        found = getattr(self, "_distinct", None)
+        if found is None:
+            _, first, inverse = np.unique(self.Z, axis=0, return_index=True, return_inverse=True)
+            rank = np.argsort(first)
+            relabel = np.empty_like(rank)
+            relabel[rank] = np.arange(rank.size)
+            found = self._distinct = (first[rank], relabel[inverse.reshape(-1)])
+        return found
+
     def entries(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows)
         cols = np.asarray(cols)

@@ -92,7 +92,8 @@ def test_non_finite_losses_are_reported_with_the_round(monkeypatch):
 # ---------------------------------------------------------------------------------- convergence
 
 
-def test_a_solver_stopped_by_max_iter_warns_with_its_gap():
+def test_a_solver_stopped_by_max_iter_warns_with_its_gap(monkeypatch):
+    monkeypatch.setattr("budro.solvers._dual_lists._MAX_PAIRS", 0)  # the cutting plane (lists certify in 1)
     rng = np.random.default_rng(3)
     Z = rng.normal(size=(50, 3))
     losses = rng.random((50, 2))
@@ -118,7 +119,8 @@ def test_unpolished_sgd_solvers_report_non_convergence(solver):
     assert not res.converged and res.gap > 0
 
 
-def test_non_convergence_is_recorded_per_round_and_summarised():
+def test_non_convergence_is_recorded_per_round_and_summarised(monkeypatch):
+    monkeypatch.setattr("budro.solvers._dual_lists._MAX_PAIRS", 0)  # the cutting plane (lists certify in 1)
     X, y = _data(n=80, seed=1)
     clf = BuDROClassifier(solver="dual", solver_params={"max_iter": 1}, protected=[2], eps=0.02, n_steps=4,
                           backend_params=FAST, fair_metric_params={"fit_linear_models": False}, random_state=0)

@@ -101,15 +101,25 @@ def paper_heuristic(problem, C, iters=30):
     return float(np.mean(C[rows, cols])), float(np.mean(R[rows, cols]))
 
 
+@pytest.fixture
+def block_path(monkeypatch):
+    """Dense costs through column blocks and the cutting plane (small problems would otherwise
+    take the complete-list path of budro.solvers._dual_lists)."""
+    monkeypatch.setattr("budro.solvers._dual_lists._MAX_PAIRS", 0)
+
+
 # ---------------------------------------------------------------------------- against HiGHS
 
 
+@pytest.mark.parametrize("path", ["lists", "blocks"])
 @pytest.mark.parametrize(
     ("K", "integer", "restrict"),
     [(2, True, True), (3, True, True), (2, False, True), (3, False, True), (2, True, False), (3, False, False)],
     ids=["K2-integer", "K3-integer", "K2-continuous", "K3-continuous", "K2-integer-full", "K3-continuous-full"],
 )
-def test_dual_matches_lp_on_random_instances(K, integer, restrict, monkeypatch):
+def test_dual_matches_lp_on_random_instances(K, integer, restrict, path, monkeypatch):
+    if path == "blocks":
+        monkeypatch.setattr("budro.solvers._dual_lists._MAX_PAIRS", 0)
     if not restrict:  # every evaluation of g on whole blocks, no candidate pairs
         monkeypatch.setattr("budro.solvers._dual_dense._CANDIDATES_PER_COLUMN", 0)
     rng = np.random.default_rng(1000 * K + integer)
@@ -304,7 +314,7 @@ def test_warm_start_gives_the_same_answer():
     check_exact_plan(loose, res)
 
 
-def test_warm_start_near_the_optimum_needs_few_evaluations():
+def test_warm_start_near_the_optimum_needs_few_evaluations(block_path):
     rng = np.random.default_rng(49)
     n = 300
     Z = rng.normal(size=(n, 4))
@@ -342,7 +352,7 @@ class ColumnSpy(Cost):
         return self.inner.entries(rows, cols)
 
 
-def test_uncached_embedding_cost_matches_dense_cost_exactly():
+def test_uncached_embedding_cost_matches_dense_cost_exactly(block_path):
     rng = np.random.default_rng(16)
     n = 120
     losses, labels, Z = make_instance(rng, n, 3, n_distinct=50, integer=True, d=3)  # integer Z: exact costs
@@ -360,7 +370,7 @@ def test_uncached_embedding_cost_matches_dense_cost_exactly():
         assert blocked.n_iter == dense.n_iter
 
 
-def test_blocked_solve_never_allocates_an_n_by_n_array():
+def test_blocked_solve_never_allocates_an_n_by_n_array(block_path):
     rng = np.random.default_rng(17)
     n = 600
     losses, labels, Z = make_instance(rng, n, 2, n_distinct=300, integer=False, d=4)
@@ -426,7 +436,7 @@ def test_candidate_pairs_reproduce_the_full_evaluation(integer):
         assert part.value == pytest.approx(full.value, rel=1e-14)
 
 
-def test_solution_is_the_same_without_candidate_pairs(monkeypatch):
+def test_solution_is_the_same_without_candidate_pairs(block_path, monkeypatch):
     rng = np.random.default_rng(24)
     n = 120
     losses, labels, Z = make_instance(rng, n, 3, n_distinct=70, integer=False)
@@ -445,7 +455,7 @@ def test_solution_is_the_same_without_candidate_pairs(monkeypatch):
     assert_same_optimum(full, LPSolver().solve(problem))
 
 
-def test_dense_cost_is_processed_in_blocks_too():
+def test_dense_cost_is_processed_in_blocks_too(block_path):
     rng = np.random.default_rng(18)
     n = 80
     losses, labels, Z = make_instance(rng, n, 2, n_distinct=40, integer=False)
@@ -460,7 +470,7 @@ def test_dense_cost_is_processed_in_blocks_too():
 # ---------------------------------------------------------------------------- robustness
 
 
-def test_iteration_limit_still_returns_a_feasible_plan():
+def test_iteration_limit_still_returns_a_feasible_plan(block_path):
     rng = np.random.default_rng(19)
     n = 60
     losses, labels, Z = make_instance(rng, n, 2, n_distinct=40, integer=False)

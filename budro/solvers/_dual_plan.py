@@ -9,6 +9,7 @@ expensive argmax row until the budget binds).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -57,6 +58,12 @@ class _Candidates:
     breakpoint_eta: float | None = None
     #: Made by the compiled kernel: g is evaluated on them by the compiled kernel too.
     compiled: bool = False
+    #: Each column's multiplicity (None: every column counts once): columns of a reduced
+    #: problem stand for several identical columns (budro.solvers._dual_lists).
+    weights: np.ndarray | None = None
+    #: For a reduced problem, what maps its evaluation back to the problem's own columns
+    #: (:meth:`budro.solvers._dual_lists.Reduction.expand`, bound to this round's losses).
+    expand: Any = None
 
 
 # Position of a point relative to the minimiser of g.
@@ -95,15 +102,18 @@ def breakpoint_eta(problem: TransportProblem, cand: _Candidates) -> float:
     if cand.breakpoint_eta is not None:
         return cand.breakpoint_eta
     n, eps = problem.n, problem.eps
+    ncols = cand.starts.size
     # The candidates keep pairs within tau below a column's hull (they may tie at eta*); the
     # breakpoints are those of the exact hull, so those pairs are dropped here (tau = 0):
     # with them the transitions would be summed out of order and the guess could miss eta*
     # by a hair, leaving the cutting plane a dozen evaluations to do.
-    _, cols, R, C = _upper_hulls(cand.rows, cand.cols, cand.R, cand.C, 0.0, n)
+    _, cols, R, C = _upper_hulls(cand.rows, cand.cols, cand.R, cand.C, 0.0, ncols)
     last = np.empty(cols.size, dtype=bool)
     last[-1] = True
     np.not_equal(cols[1:], cols[:-1], out=last[:-1])
-    need = float(C[last].sum()) - n * eps  # mean cost at eta = 0+ exceeds eps by need / n
+    w = cand.weights
+    top = float(C[last].sum()) if w is None else float(C[last] @ w)
+    need = top - n * eps  # mean cost at eta = 0+ exceeds eps by need / n
     inner = ~last[:-1]
     dC = (C[1:] - C[:-1])[inner]
     if need <= 0.0 or dC.size == 0:
@@ -112,6 +122,8 @@ def breakpoint_eta(problem: TransportProblem, cand: _Candidates) -> float:
     useful = dC > 0.0
     e = np.maximum(dR[useful] / dC[useful], 0.0)
     dC = dC[useful]
+    if w is not None:
+        dC = dC * w[cols[:-1][inner][useful]]
     order = np.argsort(e)
     reach = np.cumsum(dC[order])
     k = min(int(np.searchsorted(reach, need, side="left")), order.size - 1)
@@ -119,26 +131,33 @@ def breakpoint_eta(problem: TransportProblem, cand: _Candidates) -> float:
 
 
 def evaluate_candidates(solver, problem: TransportProblem, cand: _Candidates, eta: float) -> _DualPoint:
-    """``g`` (:func:`budro.solvers._dual_dense.evaluate`) restricted to the candidate pairs (same values, O(len(cand.rows)))."""
+    """``g`` (:func:`budro.solvers._dual_dense.evaluate`) restricted to the candidate pairs (same
+    values, O(len(cand.rows))); the point is in the problem's own columns (a reduced problem's
+    evaluation is expanded by ``cand.expand``)."""
     n = problem.n
+    ncols = cand.starts.size
     scale = float(np.abs(problem.losses).max())
     if cand.compiled:
+        w = np.ones(ncols) if cand.weights is None else cand.weights
         total, lo, hi, c_lo, c_hi = _sparse_kernels.evaluate(cand.starts, cand.rows, cand.R, cand.C, eta,
-                                                             solver.tie_rtol, scale)
-        return _DualPoint(eta=float(eta), value=problem.eps * eta + total / n, lo=lo, hi=hi, c_lo=c_lo, c_hi=c_hi)
-    V = cand.R - cand.C * eta
-    vmax = np.maximum.reduceat(V, cand.starts)
-    # The argmax sets, as a list grouped by column (every column has at least its maximum),
-    # so that the rest works on about n entries instead of all candidate pairs.
-    tied = np.flatnonzero(V >= (vmax - solver.tie_rtol * (scale + np.abs(vmax)))[cand.cols])
-    t_cols, t_C, t_rows = cand.cols[tied], cand.C[tied], cand.rows[tied]
-    t_starts = np.flatnonzero(np.concatenate(([True], t_cols[1:] != t_cols[:-1])))
-    c_lo = np.minimum.reduceat(t_C, t_starts)
-    c_hi = np.maximum.reduceat(t_C, t_starts)
-    lo = np.minimum.reduceat(np.where(t_C == c_lo[t_cols], t_rows, n), t_starts)
-    hi = np.minimum.reduceat(np.where(t_C == c_hi[t_cols], t_rows, n), t_starts)
-    value = problem.eps * eta + float(vmax.sum()) / n
-    return _DualPoint(eta=float(eta), value=value, lo=lo, hi=hi, c_lo=c_lo, c_hi=c_hi)
+                                                             solver.tie_rtol, scale, w)
+    else:
+        V = cand.R - cand.C * eta
+        vmax = np.maximum.reduceat(V, cand.starts)
+        # The argmax sets, as a list grouped by column (every column has at least its maximum),
+        # so that the rest works on about n entries instead of all candidate pairs.
+        tied = np.flatnonzero(V >= (vmax - solver.tie_rtol * (scale + np.abs(vmax)))[cand.cols])
+        t_cols, t_C, t_rows = cand.cols[tied], cand.C[tied], cand.rows[tied]
+        t_starts = np.flatnonzero(np.concatenate(([True], t_cols[1:] != t_cols[:-1])))
+        c_lo = np.minimum.reduceat(t_C, t_starts)
+        c_hi = np.maximum.reduceat(t_C, t_starts)
+        beyond = np.iinfo(np.intp).max
+        lo = np.minimum.reduceat(np.where(t_C == c_lo[t_cols], t_rows, beyond), t_starts)
+        hi = np.minimum.reduceat(np.where(t_C == c_hi[t_cols], t_rows, beyond), t_starts)
+        total = float(vmax.sum()) if cand.weights is None else float(vmax @ cand.weights)
+    if cand.expand is not None:
+        lo, hi, c_lo, c_hi = cand.expand(lo, hi, c_lo, c_hi)
+    return _DualPoint(eta=float(eta), value=problem.eps * eta + total / n, lo=lo, hi=hi, c_lo=c_lo, c_hi=c_hi)
 
 
 def _upper_hulls(rows, cols, R, C, tau, ncols):

@@ -27,7 +27,19 @@ class _SparseLayout:
     K: int
     rows: np.ndarray  # (n, m) listed rows of column j, by increasing cost
     C: np.ndarray  # (n, m) their costs
-    flat: np.ndarray  # (n, m) rows * K + labels[j]: R[rows, j] = losses.ravel()[flat]
+    flat: np.ndarray  # (n, m) rows * K + labels[j]: R[rows, j] = losses.ravel()[flat] (int32 where it fits)
+    #: Each column's multiplicity (None: every column once); see budro.solvers._dual_lists.
+    weights: np.ndarray | None = None
+
+    @functools.cached_property
+    def ones(self) -> np.ndarray:
+        """The columns' multiplicities as the compiled kernels take them (ones if unweighted)."""
+        return np.ones(self.rows.shape[0]) if self.weights is None else self.weights
+
+    @functools.cached_property
+    def workspace(self) -> "_sparse_kernels.Workspace":
+        """The compiled kernel's output buffers, reused every round."""
+        return _sparse_kernels.Workspace(*self.rows.shape)
 
     # The numpy path's position-major copies, built on first use (the compiled kernel does not
     # need them: 12 bytes per listed pair).
@@ -63,13 +75,22 @@ def sparse_layout(solver, problem: TransportProblem) -> "_SparseLayout":
         rows, C = np.take_along_axis(nb, order, axis=1), np.take_along_axis(nc, order, axis=1)
     else:
         rows, C = nb, nc
-    flat = rows * K + labels[:, None]
+    flat = flat_index(rows, labels, K)
     layout = _SparseLayout(
         neighbors=cost.neighbors, neighbor_costs=cost.neighbor_costs, labels=labels.copy(), K=K,
         rows=np.ascontiguousarray(rows), C=np.ascontiguousarray(C), flat=np.ascontiguousarray(flat),
     )
     solver._layout_cache = layout
     return layout
+
+
+def flat_index(rows: np.ndarray, labels: np.ndarray, K: int) -> np.ndarray:
+    """``rows * K + labels[j]`` per list entry: where ``R[rows, j]`` lies in ``losses.ravel()``
+    (int32 when it fits: the compiled kernel streams through it every round)."""
+    dtype = np.int32 if rows.size and (int(rows.max()) + 1) * K <= np.iinfo(np.int32).max else np.intp
+    flat = rows.astype(dtype) * dtype(K)
+    flat += labels.astype(dtype)[:, None]
+    return np.ascontiguousarray(flat)
 
 
 def sparse_candidates(solver, problem: TransportProblem) -> tuple[_Candidates, int]:
@@ -92,15 +113,22 @@ def sparse_candidates(solver, problem: TransportProblem) -> tuple[_Candidates, i
     pairs kept by step 1.
     """
     layout = sparse_layout(solver, problem)
-    tau = tie_margin(solver, problem)
+    return list_candidates(solver, layout, problem.losses, problem.n, problem.eps, tie_margin(solver, problem))
+
+
+def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float, tau: float
+                    ) -> tuple[_Candidates, int]:
+    """:func:`sparse_candidates` on any lists in increasing cost per column: ``losses`` (rows, K)
+    is what ``layout.flat`` indexes, ``n_total`` the number of columns counted with their
+    multiplicities ``layout.weights`` (the plan's columns carry mass ``1 / n_total``)."""
     if solver.kernel == "numba" or (solver.kernel == "auto" and _sparse_kernels.available()):
-        return sparse_candidates_compiled(solver, problem, layout, tau)
+        return sparse_candidates_compiled(solver, layout, losses, n_total, eps, tau)
     n, m = layout.rows.shape
-    losses_flat = problem.losses.reshape(-1)
+    losses_flat = losses.reshape(-1)
     width = int(max(1, min(n, solver.block_bytes // max(8 * m, 1))))
-    scale = float(np.abs(problem.losses).max())
+    scale = float(np.abs(losses).max())
     unit = 2.0**-24 * scale  # float32 rounding of a loss
-    losses32 = problem.losses.astype(np.float32).reshape(-1)
+    losses32 = losses.astype(np.float32).reshape(-1)
     tau_dom = np.float32(tau + 8.0 * unit)
     tau_chord = np.float32(tau + 32.0 * unit)
     parts = []
@@ -151,17 +179,19 @@ def sparse_candidates(solver, problem: TransportProblem) -> tuple[_Candidates, i
     n_dominance = int(rows.size)
     rows, cols, R, C = _upper_hulls(rows, cols, R, C, tau, n)
     starts = np.searchsorted(cols, np.arange(n))
-    return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C), n_dominance
+    return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, weights=layout.weights), n_dominance
 
 
-def sparse_candidates_compiled(solver, problem: TransportProblem, layout: "_SparseLayout", tau: float
-                                ) -> tuple[_Candidates, int]:
-    """:meth:`_sparse_candidates` by the compiled per-column kernel (module
-    ``budro.solvers._sparse_kernels``), which also reads the breakpoint guess off the exact hulls."""
-    n = problem.n
-    losses_flat = np.ascontiguousarray(problem.losses, dtype=np.float64).reshape(-1)
+def sparse_candidates_compiled(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float,
+                               tau: float) -> tuple[_Candidates, int]:
+    """:func:`list_candidates` by the compiled per-column kernel (module
+    ``budro.solvers._sparse_kernels``), which also reads the minimiser of g off the exact hulls."""
+    losses_flat = np.ascontiguousarray(losses, dtype=np.float64).reshape(-1)
     rows, cols, R, C, n_dom, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
-        layout.rows, layout.C, layout.flat, losses_flat, tau, threads=solver.kernel_threads)
-    need = float(last_cost.sum()) - n * problem.eps
+        layout.labels, layout.K, layout.C, layout.flat, losses_flat, tau, layout.ones,
+        threads=solver.kernel_threads, workspace=layout.workspace)
+    total = float(last_cost.sum()) if layout.weights is None else float(last_cost @ layout.weights)
+    need = total - n_total * eps
     eta = 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
-    return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta, compiled=True), n_dom
+    return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta, compiled=True,
+                       weights=layout.weights), n_dom

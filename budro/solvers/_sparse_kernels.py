@@ -51,48 +51,67 @@ def _kernels():
     return _sparse_numba
 
 
-def sparse_candidates(rows: np.ndarray, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray, tau: float,
-                      threads: int | None = 1):
-    """Run the candidate kernel on neighbour lists in increasing cost per column.
+class Workspace:
+    """Output buffers of the candidate kernel, kept from one solve to the next (one per list
+    layout): a fresh n m-sized buffer every round costs page faults on first touch (about 2 ms
+    per round on Adult).  What :func:`sparse_candidates` returns are views into them, valid
+    until the next call with the same workspace."""
 
-    Returns ``(rows, cols, R, C, n_dominance, edges_e, edges_dc, last_cost, starts)``: the
-    candidate pairs grouped by column in increasing cost, the number kept by dominance, the exact
-    hulls' edges, each column's largest hull cost and where each column starts.  ``threads``: the
-    kernel's threads (None: numba's default, every core).
+    def __init__(self, n: int, m: int):
+        cap = n * m
+        self.out_rows = np.empty(cap, dtype=np.intp)
+        self.out_cols = np.empty(cap, dtype=np.intp)
+        self.out_R = np.empty(cap)
+        self.out_C = np.empty(cap)
+        self.edge_e = np.empty(max(n * (m - 1), 1))
+        self.edge_dc = np.empty(max(n * (m - 1), 1))
+        self.last_cost = np.empty(n)
+        self.col_count = np.empty(n, dtype=np.int64)
+        self.starts = np.zeros(n, dtype=np.intp)
+
+
+def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray,
+                      tau: float, weights: np.ndarray, threads: int | None = 1, workspace: Workspace | None = None):
+    """Run the candidate kernel on lists in increasing cost per column.
+
+    ``flat[j, r] = row * K + labels[j]`` indexes ``losses_flat``; ``weights`` are the columns'
+    multiplicities (ones for a plain problem).  Returns ``(rows, cols, R, C, n_dominance,
+    edges_e, edges_dc, last_cost, starts)``: the candidate pairs grouped by column in increasing
+    cost, the number kept by dominance, the exact hulls' edges (cost drops times the weights),
+    each column's largest hull cost and where each column starts.  ``threads``: the kernel's
+    threads (None: numba's default, every core).
     """
     import numba
 
-    kernel = _kernels().candidates
-
-    n, m = rows.shape
-    cap = n * m
-    out_rows = np.empty(cap, dtype=np.intp)
-    out_cols = np.empty(cap, dtype=np.intp)
-    out_R = np.empty(cap)
-    out_C = np.empty(cap)
-    edge_e = np.empty(max(n * (m - 1), 1))
-    edge_dc = np.empty(max(n * (m - 1), 1))
-    last_cost = np.empty(n)
-    before = numba.get_num_threads()
-    use = before if threads is None else max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+    kern = _kernels()
+    n, m = flat.shape
+    ws = workspace if workspace is not None else Workspace(n, m)
+    args = (int(K), labels, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R, ws.out_C,
+            ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count)
+    use = numba.get_num_threads() if threads is None else max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+    if use == 1 or n < 256:
+        size, n_dom, n_edge = kern.candidates_serial(*args)
+        starts = ws.starts
+        np.cumsum(ws.col_count[:-1], out=starts[1:])
+        return (ws.out_rows[:size], ws.out_cols[:size], ws.out_R[:size], ws.out_C[:size], int(n_dom),
+                ws.edge_e[:n_edge], ws.edge_dc[:n_edge], ws.last_cost, starts)
     chunks = max(1, min(n, 4 * use))
     bounds = np.linspace(0, n, chunks + 1).round().astype(np.int64)
     counts = np.zeros((chunks, 3), dtype=np.int64)
-    col_count = np.empty(n, dtype=np.int64)
+    before = numba.get_num_threads()
     numba.set_num_threads(use)
     try:
-        kernel(bounds, rows, C, flat, losses_flat, float(tau), out_rows, out_cols, out_R, out_C, edge_e, edge_dc,
-               last_cost, col_count, counts)
+        kern.candidates(bounds, *args, counts)
     finally:
         numba.set_num_threads(before)
-    starts = np.zeros(n, dtype=np.intp)
-    np.cumsum(col_count[:-1], out=starts[1:])
+    starts = ws.starts
+    np.cumsum(ws.col_count[:-1], out=starts[1:])
     pairs = [slice(bounds[c] * m, bounds[c] * m + counts[c, 0]) for c in range(chunks)]
     edges = [slice(bounds[c] * (m - 1), bounds[c] * (m - 1) + counts[c, 2]) for c in range(chunks)]
-    return (np.concatenate([out_rows[s] for s in pairs]), np.concatenate([out_cols[s] for s in pairs]),
-            np.concatenate([out_R[s] for s in pairs]), np.concatenate([out_C[s] for s in pairs]),
-            int(counts[:, 1].sum()), np.concatenate([edge_e[s] for s in edges]),
-            np.concatenate([edge_dc[s] for s in edges]), last_cost, starts)
+    return (np.concatenate([ws.out_rows[s] for s in pairs]), np.concatenate([ws.out_cols[s] for s in pairs]),
+            np.concatenate([ws.out_R[s] for s in pairs]), np.concatenate([ws.out_C[s] for s in pairs]),
+            int(counts[:, 1].sum()), np.concatenate([ws.edge_e[s] for s in edges]),
+            np.concatenate([ws.edge_dc[s] for s in edges]), ws.last_cost, starts)
 
 
 def select_breakpoint(e: np.ndarray, dc: np.ndarray, need: float) -> float:
@@ -103,13 +122,14 @@ def select_breakpoint(e: np.ndarray, dc: np.ndarray, need: float) -> float:
 
 
 def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray, eta: float, tie_rtol: float,
-             scale: float) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Sum of the column maxima of ``R - eta C`` over candidate pairs grouped by column, and each
-    column's cheapest / most expensive argmax row and their costs."""
+             scale: float, weights: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sum of the column maxima of ``R - eta C`` (times the columns' ``weights``) over candidate
+    pairs grouped by column, and each column's cheapest / most expensive argmax row and their costs."""
     n = starts.size
     lo = np.empty(n, dtype=np.intp)
     hi = np.empty(n, dtype=np.intp)
     c_lo = np.empty(n)
     c_hi = np.empty(n)
-    total = _kernels().evaluate(starts, rows, R, C, float(eta), float(tie_rtol), float(scale), lo, hi, c_lo, c_hi)
+    total = _kernels().evaluate(starts, rows, R, C, float(eta), float(tie_rtol), float(scale), weights, lo, hi, c_lo,
+                                c_hi)
     return float(total), lo, hi, c_lo, c_hi

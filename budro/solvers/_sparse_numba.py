@@ -17,16 +17,20 @@ def _below(ca, ra, cb, rb, cc, rc, tau):
 
 
 @numba.njit(cache=True, nogil=True)
-def _columns(j0, j1, rows, C, flat, losses_flat, tau, out_rows, out_cols, out_R, out_C, edge_e, edge_dc,
-             last_cost, col_count):
-    """Columns j0 <= j < j1; their pairs go to the outputs from j0 * m, their edges from
-    j0 * (m - 1).  Returns (pairs written, pairs kept by dominance, edges written).
+def _columns(j0, j1, K, labels, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
+             edge_dc, last_cost, col_count, out0, edge0):
+    """Columns j0 <= j < j1; their pairs go to the outputs from ``out0``, their edges from
+    ``edge0``.  Returns (pairs written, pairs kept by dominance, edges written).
 
-    One pass over each list: dominance; runs of equal cost (each at its largest loss); the
-    tau-hull of the runs with a stack (a run is popped when it lies more than tau below the chord
-    between the run under it and the next run: two points of the column certify that it never
-    comes within tau of the column's maximum); then the exact hull (tau = 0) of what is left."""
-    m = rows.shape[1]
+    The row of list entry r of column j is ``(flat[j, r] - labels[j]) // K`` (no separate
+    array of rows to stream through: memory traffic is what this kernel spends its time on).
+    One pass over each list: dominance (branch-free: every entry is written, the count only
+    advances for kept ones); runs of equal cost among the kept entries (each at its largest
+    loss); the tau-hull of the runs with a stack (a run is popped when it lies more than tau below
+    the chord between the run under it and the next run: two points of the column certify that
+    it never comes within tau of the column's maximum); then the exact hull (tau = 0) of what is
+    left, whose edges' cost drops are weighted by ``weights[j]`` (the column's multiplicity)."""
+    m = flat.shape[1]
     kpos = np.empty(m, dtype=np.int64)  # kept list positions, in cost order
     kval = np.empty(m)
     rc = np.empty(m)  # run costs
@@ -34,33 +38,33 @@ def _columns(j0, j1, rows, C, flat, losses_flat, tau, out_rows, out_cols, out_R,
     rfirst = np.empty(m, dtype=np.int64)  # first kept entry of each run
     st = np.empty(m, dtype=np.int64)  # tau-hull stack (run indices)
     ex = np.empty(m, dtype=np.int64)  # exact-hull stack
-    n_out = j0 * m
+    n_out = out0
     n_dom = 0
-    n_edge = j0 * (m - 1)
+    n_edge = edge0
     for j in range(j0, j1):
-        # 1-2. dominance in increasing cost, and runs of equal cost among the kept positions
+        # 1. dominance in increasing cost: keep r iff R_r + tau >= max(R_0 .. R_{r-1})
         best = -np.inf
         nk = 0
-        h = 0
         for r in range(m):
             v = losses_flat[flat[j, r]]
-            if r > 0 and v + tau < best:
-                continue
-            if v > best:
-                best = v
-            c = C[j, r]
             kpos[nk] = r
             kval[nk] = v
+            nk += (v + tau >= best) | (r == 0)
+            best = max(best, v)
+        n_dom += nk
+        # 2. runs of equal cost among the kept positions
+        h = 0
+        for k in range(nk):
+            c = C[j, kpos[k]]
+            v = kval[k]
             if h > 0 and c == rc[h - 1]:
                 if v > rr[h - 1]:
                     rr[h - 1] = v
             else:
                 rc[h] = c
                 rr[h] = v
-                rfirst[h] = nk
+                rfirst[h] = k
                 h += 1
-            nk += 1
-        n_dom += nk
         # 3. the tau-hull over runs (first and last run always kept)
         first = n_out
         s = 0
@@ -69,6 +73,7 @@ def _columns(j0, j1, rows, C, flat, losses_flat, tau, out_rows, out_cols, out_R,
                 s -= 1
             st[s] = t
             s += 1
+        label = labels[j]
         for q in range(s):
             t = st[q]
             top = rr[t] - tau
@@ -76,7 +81,7 @@ def _columns(j0, j1, rows, C, flat, losses_flat, tau, out_rows, out_cols, out_R,
             for k in range(rfirst[t], stop):
                 if kval[k] >= top:
                     r = kpos[k]
-                    out_rows[n_out] = rows[j, r]
+                    out_rows[n_out] = (flat[j, r] - label) // K
                     out_cols[n_out] = j
                     out_R[n_out] = kval[k]
                     out_C[n_out] = C[j, r]
@@ -90,28 +95,41 @@ def _columns(j0, j1, rows, C, flat, losses_flat, tau, out_rows, out_cols, out_R,
                 e_n -= 1
             ex[e_n] = t
             e_n += 1
+        w = weights[j]
         for q in range(1, e_n):
             a, b = ex[q - 1], ex[q]
             dc = rc[b] - rc[a]
             if dc > 0.0:
                 e = (rr[b] - rr[a]) / dc
                 edge_e[n_edge] = e if e > 0.0 else 0.0
-                edge_dc[n_edge] = dc
+                edge_dc[n_edge] = dc * w
                 n_edge += 1
         last_cost[j] = rc[ex[e_n - 1]]
-    return n_out - j0 * m, n_dom, n_edge - j0 * (m - 1)
+    return n_out - out0, n_dom, n_edge - edge0
+
+
+@numba.njit(cache=True, nogil=True)
+def candidates_serial(K, labels, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
+                      edge_dc, last_cost, col_count):
+    """All columns on the calling thread, written contiguously from the start of the outputs."""
+    return _columns(0, flat.shape[0], K, labels, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R,
+                    out_C, edge_e, edge_dc, last_cost, col_count, 0, 0)
 
 
 @numba.njit(cache=True, parallel=True)
-def candidates(bounds, rows, C, flat, losses_flat, tau, out_rows, out_cols, out_R, out_C, edge_e, edge_dc,
-               last_cost, col_count, counts):
-    """The columns in chunks ``bounds[c] <= j < bounds[c + 1]``, one chunk per task."""
+def candidates(bounds, K, labels, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
+               edge_dc, last_cost, col_count, counts):
+    """The columns in chunks ``bounds[c] <= j < bounds[c + 1]``, one chunk per task; chunk c
+    writes its pairs from ``bounds[c] * m`` and its edges from ``bounds[c] * (m - 1)``."""
+    m = flat.shape[1]
     for c in numba.prange(bounds.size - 1):
-        a, b, d = _columns(bounds[c], bounds[c + 1], rows, C, flat, losses_flat, tau, out_rows, out_cols,
-                           out_R, out_C, edge_e, edge_dc, last_cost, col_count)
+        a, b, d = _columns(bounds[c], bounds[c + 1], K, labels, C, flat, losses_flat, tau, weights, out_rows,
+                           out_cols, out_R, out_C, edge_e, edge_dc, last_cost, col_count, bounds[c] * m,
+                           bounds[c] * (m - 1))
         counts[c, 0] = a
         counts[c, 1] = b
         counts[c, 2] = d
+
 
 @numba.njit(cache=True, nogil=True)
 def _bucket(x, lo, inv_width, n_buckets):
@@ -188,9 +206,9 @@ def select(e, dc, need, n_buckets):
 
 
 @numba.njit(cache=True, nogil=True)
-def evaluate(starts, rows, R, C, eta, tie_rtol, scale, lo, hi, c_lo, c_hi):
+def evaluate(starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo, c_hi):
     """g's column terms at eta on candidate pairs grouped by column (``starts``; every column
-    non-empty): the sum of the column maxima, and each column's cheapest / most expensive
+    non-empty): the sum of the column maxima times the columns' ``weights``, and each column's cheapest / most expensive
     argmax row (ties within ``tie_rtol * (scale + |max|)``, equal costs to the smallest row),
     with the same arithmetic per pair as the numpy path."""
     n = starts.size
@@ -204,7 +222,7 @@ def evaluate(starts, rows, R, C, eta, tie_rtol, scale, lo, hi, c_lo, c_hi):
             v = R[k] - C[k] * eta
             if v > vmax:
                 vmax = v
-        total += vmax
+        total += weights[j] * vmax
         floor = vmax - tie_rtol * (scale + abs(vmax))
         clo, chi = np.inf, -np.inf
         rlo, rhi = -1, -1

@@ -36,7 +36,7 @@ import numbers
 import numpy as np
 
 from budro.exceptions import ValidationError
-from budro.solvers import _dual_dense, _dual_plan, _dual_sparse, _sizing, _sparse_kernels
+from budro.solvers import _dual_dense, _dual_lists, _dual_plan, _dual_sparse, _sizing, _sparse_kernels
 from budro.solvers._dual_dense import _CANDIDATES_PER_COLUMN  # noqa: F401  (re-exported)
 from budro.solvers._dual_plan import (  # noqa: F401  (re-exported: dual-sgd and the tests use them)
     _ABOVE,
@@ -173,10 +173,12 @@ class DualSolver(Solver):
         self.kernel_threads = None if kernel_threads is None else int(kernel_threads)
         self.max_dense_n = _sizing.check_max_dense_n(max_dense_n, "DualSolver")
         self._layout_cache: _SparseLayout | None = None
+        self._reduction_cache: _dual_lists.Reduction | None = None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_layout_cache"] = None  # per-fit scratch, rebuilt on demand
+        state["_reduction_cache"] = None
         return state
 
     def __repr__(self) -> str:
@@ -247,8 +249,14 @@ class DualSolver(Solver):
         self.check_size(problem.n, sparse=sparse, held=bool(problem.cost.is_dense))
         candidates: _Candidates | None = None
         pruned_pairs = None
+        # A dense cost on few distinct points (duplicates collapsed) goes the same way, on
+        # complete lists (budro.solvers._dual_lists).
+        reduced = None if sparse else _dual_lists.reduction(self, problem)
         if sparse:
             candidates, pruned_pairs = self._sparse_candidates(problem)
+            eta0 = self._breakpoint_eta(problem, candidates)
+        elif reduced is not None:
+            candidates, pruned_pairs = _dual_lists.candidates(self, problem, reduced)
             eta0 = self._breakpoint_eta(problem, candidates)
         initial_pairs = None if candidates is None else int(candidates.rows.size)
 
@@ -337,7 +345,7 @@ class DualSolver(Solver):
                 tried_width = b.eta - a.eta
                 if candidates is None:
                     candidates = self._candidates(problem, a, b)
-                else:
+                elif candidates.expand is None:  # a reduced problem's lists are short already
                     candidates = self._narrow(problem, candidates, a, b)
             dr = problem.losses[a.lo, problem.labels] - problem.losses[b.hi, problem.labels]
             dc = a.c_lo - b.c_hi
@@ -383,11 +391,21 @@ class DualSolver(Solver):
             "dominance_pairs": pruned_pairs,
             "initial_pairs": initial_pairs,
             "sparse": sparse,
+            "reduced": None if reduced is None else (reduced.n_groups, reduced.n_classes),
             "full_evaluations": n_full,
         }
         if sparse:
             rows, cols, vals, entry_costs, split_column, n_switched = _switch_entries(
                 problem, cheap[0], dear[0], switch, costs=(cheap[1], dear[1])
+            )
+            result = _result_from_entries(problem, rows, cols, vals, entry_costs, **meta, info=info)
+        elif reduced is not None:
+            # The reduced problem's costs are the groups' costs; the plan's are looked up for its
+            # own rows and columns (O(n)), so that the budget binds for the costs reported.
+            cols_all = np.arange(n)
+            costs = (problem.cost.entries(cheap[0], cols_all), problem.cost.entries(dear[0], cols_all))
+            rows, cols, vals, entry_costs, split_column, n_switched = _switch_entries(
+                problem, cheap[0], dear[0], switch, costs=costs
             )
             result = _result_from_entries(problem, rows, cols, vals, entry_costs, **meta, info=info)
         else:
