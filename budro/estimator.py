@@ -173,9 +173,6 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         else:
             self.table_ = None
             X, y = validate_data(self, X, y, dtype=np.float64, ensure_min_samples=1)
-        if isinstance(backend, BuiltinBackend):  # its float32 limit, before any work, naming the user's column
-            names = self.table_.booster_feature_names_ if self.table_ is not None else getattr(self, "feature_names_in_", None)
-            check_float32_range(X, "X", names)
         check_classification_targets(y)
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         if self.classes_.size < 2:
@@ -206,6 +203,9 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         check_budget(self.budget_, self.eps_effective_, eps_given=eps, eps_unit=eps_unit, protected=self.protected,
                      stacklevel=3)
         time_budget = time.perf_counter() - t0
+        if isinstance(backend, BuiltinBackend):  # its float32 limit, before training, naming the user's column
+            names = self.table_.booster_feature_names_ if self.table_ is not None else getattr(self, "feature_names_in_", None)
+            check_float32_range(X, "X", names)
         trainer = BuDRO(backend, solver, metric, eps=self.eps_effective_, n_steps=n_steps, callbacks=callbacks,
                         n_neighbors=self.n_neighbors)
         try:
