@@ -1,0 +1,213 @@
+"""The full problem on complete lists with duplicates collapsed (budro.solvers._dual_lists).
+
+Identical embeddings are one row at their largest loss, identical (embedding, label) columns one
+column with a multiplicity; every column's list holds every distinct row.  Checked against
+HiGHS (``lp``) and against the column-block path of the same solver on instances made of
+duplicated points and tied losses, with both pruning kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from budro.solvers import _dual_lists, _sparse_kernels
+from budro.solvers.dual import DualSolver
+from budro.solvers.lp import LPSolver
+from budro.transport import DenseCost, EmbeddingCost, TransportProblem
+KERNELS = ["numpy"] + (["numba"] if _sparse_kernels.available() else [])
+
+
+RTOL = 1e-9
+
+
+def make_instance(rng, n, K, *, n_distinct=None, integer=True, d=2):
+    """(As in test_solvers_exact.py.) Losses, labels and embedding with duplicated points (off-diagonal zero costs)."""
+    n_distinct = n if n_distinct is None else max(1, min(n, n_distinct))
+    if integer:
+        base = rng.integers(-3, 4, size=(n_distinct, d)).astype(float)
+        losses = rng.integers(0, 4, size=(n, K)).astype(float)
+    else:
+        base = rng.normal(size=(n_distinct, d))
+        losses = np.logaddexp(0.0, rng.normal(size=(n, K)))
+    Z = base[rng.integers(0, n_distinct, size=n)]
+    labels = rng.integers(0, K, size=n)
+    return losses, labels, Z
+
+
+def check_feasible(problem, res):
+    """Non-negative weights with the right marginals, consistent objective, budget met."""
+    n = problem.n
+    w = res.weights
+    assert w.shape == (n, problem.n_labels)
+    assert np.all(w >= 0)
+    assert abs(w.sum() - 1.0) <= 1e-12
+    np.testing.assert_allclose(w.sum(axis=0), problem.label_shares, rtol=0, atol=1e-12)
+    scale = max(1.0, abs(res.objective))
+    assert abs(float(np.sum(w * problem.losses)) - res.objective) <= 1e-12 * scale
+    assert res.transport_cost <= problem.eps * (1 + 1e-12) + 1e-15, (res.transport_cost, problem.eps)
+    plan = res.plan.toarray()
+    assert np.all(plan >= 0)
+    np.testing.assert_allclose(plan.sum(axis=0), np.full(n, 1.0 / n), rtol=0, atol=1e-14)
+
+
+def check_exact_plan(problem, res):
+    """The dual solver's plan: at most n + 1 nonzeros, at most one split column, g(eta) = objective."""
+    check_feasible(problem, res)
+    n = problem.n
+    assert res.plan.nnz <= n + 1
+    per_column = np.diff(res.plan.tocsc().indptr)
+    assert np.all(per_column >= 1) and np.sum(per_column == 2) <= 1 and per_column.max() <= 2
+    assert res.eta >= 0
+    assert abs(res.dual_objective - res.objective) <= RTOL * max(1.0, abs(res.objective))
+    assert res.converged and res.info["certified"]  # stopped on the optimal breakpoint
+
+
+def assert_same_optimum(dual_res, lp_res):
+    ref = lp_res.objective
+    assert abs(dual_res.objective - ref) <= RTOL * max(1.0, abs(ref)), (dual_res.objective, ref)
+
+
+def solve_blocks(problem, **params):
+    """The column-block path (cutting plane) of the same solver."""
+    saved = _dual_lists._MAX_PAIRS
+    _dual_lists._MAX_PAIRS = 0
+    try:
+        return DualSolver(**params).solve(problem)
+    finally:
+        _dual_lists._MAX_PAIRS = saved
+
+
+@st.composite
+def duplicate_heavy_problems(draw):
+    n = draw(st.integers(1, 40))
+    K = draw(st.sampled_from([2, 3]))
+    n_distinct = draw(st.integers(1, max(1, n // 2)))  # every point has copies on average
+    seed = draw(st.integers(0, 2**32 - 1))
+    integer = draw(st.booleans())  # integer losses: exact ties in R - eta C everywhere
+    rng = np.random.default_rng(seed)
+    losses, labels, Z = make_instance(rng, n, K, n_distinct=n_distinct, integer=integer, d=draw(st.integers(1, 3)))
+    if draw(st.booleans()):  # copies share their losses too (tied within a group)
+        _, first, inverse = np.unique(Z, axis=0, return_index=True, return_inverse=True)
+        losses = losses[first][inverse.reshape(-1)]
+    cost = EmbeddingCost(Z)
+    C = cost.column_block(0, n)
+    mode = draw(st.sampled_from(["zero", "fraction", "above"]))
+    if mode == "zero":
+        eps = 0.0
+    elif mode == "fraction":
+        eps = draw(st.sampled_from([1e-3, 0.01, 0.1, 0.3, 0.6, 1.0])) * float(C.mean())
+    else:
+        eps = float(C.max()) + draw(st.floats(0.0, 10.0))
+    return TransportProblem(losses, labels, cost, eps)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=duplicate_heavy_problems(), kernel=st.sampled_from(KERNELS))
+def test_property_collapsed_lists_equal_lp_and_the_block_path(problem, kernel):
+    res = DualSolver(kernel=kernel).solve(problem)
+    assert res.info["reduced"] is not None  # the complete-list path was taken
+    groups, classes = res.info["reduced"]
+    assert groups == len(np.unique(problem.cost.Z, axis=0)) and classes <= problem.n
+    check_exact_plan(problem, res)  # feasible, budget met, n + 1 nonzeros, one split column, certified
+    lp = LPSolver().solve(problem)
+    assert_same_optimum(res, lp)
+    blocks = solve_blocks(problem)
+    scale = max(1.0, abs(blocks.objective))
+    assert abs(res.objective - blocks.objective) <= RTOL * scale
+    # Both etas minimise g: the dual value there is the same.
+    assert abs(res.dual_objective - blocks.dual_objective) <= RTOL * scale
+    assert res.transport_cost <= problem.eps * (1 + 1e-12) + 1e-15
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("share", [1.0, 0.3, 0.05], ids=["distinct", "30pc-distinct", "5pc-distinct"])
+def test_same_plan_as_the_block_path_on_continuous_losses(kernel, share):
+    # Continuous losses: the optimum is unique, so eta, objective and weights must all agree.
+    rng = np.random.default_rng(31)
+    n = 240
+    losses, labels, Z = make_instance(rng, n, 2, n_distinct=int(share * n), integer=False, d=3)
+    cost = EmbeddingCost(Z)
+    for eps in (0.01, 0.1, 0.5):
+        problem = TransportProblem(losses, labels, cost, eps * float(cost.column_block(0, n).mean()))
+        res = DualSolver(kernel=kernel).solve(problem)
+        ref = solve_blocks(problem)
+        assert res.info["reduced"][0] == len(np.unique(Z, axis=0))
+        assert res.n_iter == 1  # read off the breakpoints and certified by one evaluation
+        assert res.objective == pytest.approx(ref.objective, rel=1e-12)
+        assert res.eta == pytest.approx(ref.eta, rel=1e-9)
+        np.testing.assert_allclose(res.weights, ref.weights, rtol=0, atol=1e-12)
+        assert res.transport_cost == pytest.approx(ref.transport_cost, rel=1e-9)
+        check_exact_plan(problem, res)
+
+
+def test_dense_matrix_takes_complete_lists_without_collapsing():
+    rng = np.random.default_rng(32)
+    n = 90
+    losses, labels, Z = make_instance(rng, n, 3, n_distinct=30, integer=True)
+    C = EmbeddingCost(Z).column_block(0, n)
+    for eps in (0.0, 0.05 * C.mean(), 0.5 * C.mean()):
+        problem = TransportProblem(losses, labels, DenseCost(C), eps)
+        res = DualSolver().solve(problem)
+        assert res.info["reduced"] == (n, n)  # a matrix has no embedding to compare
+        check_exact_plan(problem, res)
+        assert_same_optimum(res, LPSolver().solve(problem))
+
+
+def test_collapsed_rows_are_represented_by_their_worst_copy():
+    # Four copies of one point (different losses) and one far point: at eps = 0 mass moves only
+    # between the copies, each column to the copy with the largest loss under its label.
+    Z = np.array([[0.0], [0.0], [0.0], [0.0], [5.0]])
+    losses = np.array([[1.0, 0.0], [3.0, 0.5], [2.0, 4.0], [3.0, 1.0], [9.0, 9.0]])
+    labels = np.array([0, 0, 1, 1, 0])
+    problem = TransportProblem(losses, labels, EmbeddingCost(Z), 0.0)
+    res = DualSolver().solve(problem)
+    assert res.info["reduced"] == (2, 3)  # 2 distinct points; columns (p0, y0), (p0, y1), (p1, y0)
+    # label 0: copies 1 and 3 tie at 3.0, the smaller row (1) is taken; label 1: copy 2 (4.0).
+    expected = np.zeros((5, 2))
+    expected[1, 0] = 2 / 5
+    expected[2, 1] = 2 / 5
+    expected[4, 0] = 1 / 5
+    np.testing.assert_array_equal(res.weights, expected)
+    assert res.objective == pytest.approx((2 * 3.0 + 2 * 4.0 + 9.0) / 5)
+    check_exact_plan(problem, res)
+
+
+def test_reduction_is_cached_per_cost_object_and_labels():
+    rng = np.random.default_rng(33)
+    n = 60
+    losses, labels, Z = make_instance(rng, n, 2, n_distinct=20, integer=False)
+    cost = EmbeddingCost(Z)
+    solver = DualSolver()
+    solver.solve(TransportProblem(losses, labels, cost, 0.1))
+    red = solver._reduction_cache
+    assert red is not None and red.n_groups == len(np.unique(Z, axis=0))
+    solver.solve(TransportProblem(losses * 1.5, labels, cost, 0.1))
+    assert solver._reduction_cache is red  # same cost and labels: lists kept between rounds
+    solver.solve(TransportProblem(losses, 1 - labels, cost, 0.1))
+    assert solver._reduction_cache is not red
+    res = solver.solve(TransportProblem(losses, labels, EmbeddingCost(Z), 0.1))  # another cost object
+    assert_same_optimum(res, LPSolver().solve(TransportProblem(losses, labels, cost, 0.1)))
+
+
+def test_too_many_distinct_pairs_go_through_column_blocks(monkeypatch):
+    rng = np.random.default_rng(34)
+    n = 50
+    losses, labels, Z = make_instance(rng, n, 2, n_distinct=40, integer=False)
+    cost = EmbeddingCost(Z)
+    problem = TransportProblem(losses, labels, cost, 0.05 * float(cost.column_block(0, n).mean()))
+    lists = DualSolver().solve(problem)
+    monkeypatch.setattr("budro.solvers._dual_lists._MAX_PAIRS", 100)
+    blocks = DualSolver().solve(problem)
+    assert lists.info["reduced"] is not None and blocks.info["reduced"] is None
+    assert blocks.info["full_evaluations"] >= 1 and lists.info["full_evaluations"] == 0
+    assert lists.objective == pytest.approx(blocks.objective, rel=1e-12)
+
+
+def test_distinct_points_groups_identical_embeddings_in_order_of_first_row():
+    Z = np.array([[1.0, 2.0], [0.0, 0.0], [1.0, 2.0], [0.0, 0.0], [3.0, 3.0]])
+    first, group = EmbeddingCost(Z).distinct_points()
+    np.testing.assert_array_equal(first, [0, 1, 4])
+    np.testing.assert_array_equal(group, [0, 1, 0, 1, 2])
