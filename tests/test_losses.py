@@ -23,3 +23,14 @@ def test_binary_losses_are_the_cross_entropy_of_the_probabilities():
     p = probabilities(m, 2)
     np.testing.assert_allclose(label_losses(m, 2), -np.log(p), rtol=1e-9)
     np.testing.assert_allclose(np.exp(-label_losses(m, 2)).sum(axis=1), 1.0, rtol=1e-14)
+
+
+@given(arrays(np.float64, st.integers(1, 300), elements=st.floats(-1e6, 1e6, allow_nan=False)))
+def test_binary_losses_equal_the_plain_formula_bit_for_bit(m):
+    # label_losses works in two buffers for speed; it must give exactly the values of the plain
+    # expression (max(+-m, 0) + log1p(exp(-|m|))), which the docs and the solvers assume.
+    t = np.log1p(np.exp(-np.abs(m)))
+    ref = np.column_stack([np.maximum(m, 0.0) + t, np.maximum(-m, 0.0) + t])
+    got = label_losses(m, 2)
+    assert np.array_equal(got, ref)
+    assert not np.shares_memory(got, m)

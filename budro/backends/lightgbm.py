@@ -77,6 +77,7 @@ from budro.backends._common import (
 )
 from budro.backends.base import native_sample_weights
 from budro.exceptions import BudroError, ValidationError
+from budro.losses import label_losses
 
 __all__ = ["LightGBMBackend", "check_lightgbm_text"]
 
@@ -468,13 +469,10 @@ class LightGBMBackend(BuiltinBackend):
 
     def _boost(self, P: np.ndarray) -> None:
         scale = float(self._n_train) if self.weight_scale == "n" else 1.0
-        self._booster.update(fobj=_d0_objective(P * scale, self.n_classes_, self._scale_pos_weight))
+        self._booster.update(fobj=_d0_objective(P * scale if scale != 1.0 else P, self.n_classes_, self._scale_pos_weight))
         self._margins = None
 
-    def margins(self) -> np.ndarray:
-        """Raw margins at the training points, LightGBM's own training score:
-        (n,) for two classes (log-odds of label 1), (n, K) otherwise."""
-        self._require_training("margins")
+    def _cached_margins(self) -> np.ndarray:
         if self._margins is None:
             captured: list[np.ndarray] = []
 
@@ -486,7 +484,18 @@ class LightGBMBackend(BuiltinBackend):
             self._margins = captured[0].reshape(self._n_train, -1)
             if self.n_classes_ == 2:
                 self._margins = self._margins[:, 0]
-        return self._margins.copy()
+        return self._margins
+
+    def margins(self) -> np.ndarray:
+        """Raw margins at the training points, LightGBM's own training score:
+        (n,) for two classes (log-odds of label 1), (n, K) otherwise."""
+        self._require_training("margins")
+        return self._cached_margins().copy()
+
+    def losses(self) -> np.ndarray:
+        """Per-label losses at the training points, from the cached margins (no copy of them)."""
+        self._require_training("losses")
+        return label_losses(self._cached_margins(), self.n_classes_)
 
     def finish(self) -> None:
         """Release the training ``Dataset``; the model becomes a plain LightGBM booster with
@@ -625,8 +634,14 @@ def _d0_objective(P: np.ndarray, n_classes: int, scale_pos_weight: float) -> Cal
         w = a + b
 
         def objective(margins, _data):
+            # w p - b and w p (1 - p), in place (the same operations, so the same values, without
+            # five n-sized temporaries)
             p = expit(margins)
-            return w * p - b, w * p * (1.0 - p)
+            wp = np.multiply(w, p)
+            grad = np.subtract(wp, b)
+            np.subtract(1.0, p, out=p)
+            np.multiply(wp, p, out=wp)
+            return grad, wp
 
     else:
         w = P.sum(axis=1, keepdims=True)

@@ -44,6 +44,7 @@ from budro.backends._common import (
 )
 from budro.backends.base import native_sample_weights
 from budro.exceptions import ConfigError, ValidationError
+from budro.losses import label_losses
 
 __all__ = ["XGBoostBackend", "check_xgboost_json"]
 
@@ -253,6 +254,7 @@ class XGBoostBackend(BuiltinBackend):
         self._dtrain = None
         self._margins: np.ndarray | None = None
         self._n_train = 0
+        self._n_boosted = 0
         self._scale_pos_weight = 1.0
 
     def _is_training(self) -> bool:
@@ -313,7 +315,7 @@ class XGBoostBackend(BuiltinBackend):
         dtrain = _dmatrix(xgb, X, categorical, params, label=y, weight=self._empirical_row_weights(n))
         booster = xgb.Booster(params, [dtrain])
         booster.update(dtrain, 0)
-        self._booster, self._dtrain, self._n_train = booster, dtrain, n
+        self._booster, self._dtrain, self._n_train, self._n_boosted = booster, dtrain, n, 1
         self.n_classes_, self.n_features_in_, self._categorical = n_classes, X.shape[1], categorical
         self._scale_pos_weight = float(params.get("scale_pos_weight", 1.0))
 
@@ -328,7 +330,8 @@ class XGBoostBackend(BuiltinBackend):
         self._require_training("step")
         P = check_weights(weights, (self._n_train, self.n_classes_))
         scale = float(self._n_train) if self.weight_scale == "n" else 1.0
-        booster, dtrain, iteration = self._booster, self._dtrain, self._booster.num_boosted_rounds()
+        # The round number is counted here: Booster.num_boosted_rounds() is a library call per round.
+        booster, dtrain, iteration = self._booster, self._dtrain, self._n_boosted
         if self.n_classes_ == 2:
             # D0 weight of the label-1 copies (no multiplication, i.e. no copy, without scale_pos_weight)
             b = P[:, 1] * self._scale_pos_weight if self._scale_pos_weight != 1.0 else P[:, 1]
@@ -337,9 +340,11 @@ class XGBoostBackend(BuiltinBackend):
             if self._scale_pos_weight != 1.0:
                 # XGBoost multiplies the weight of rows whose label is exactly 1 by scale_pos_weight;
                 # b already carries it, so divide it out again there.
-                w = np.where(q == 1.0, w / self._scale_pos_weight, w)
+                np.divide(w, self._scale_pos_weight, out=w, where=q == 1.0)  # w is this round's own array
+            if scale != 1.0:
+                w *= scale  # w is this round's own array
             dtrain.set_label(q)
-            dtrain.set_weight(w * scale)
+            dtrain.set_weight(w)
             booster.update(dtrain, iteration)
         else:
             m = self._cached_margins()
@@ -349,6 +354,7 @@ class XGBoostBackend(BuiltinBackend):
             grad = w * p - P * scale
             hess = np.maximum(2.0 * p * (1.0 - p) * w, _SOFTMAX_HESS_EPS)
             booster.boost(dtrain, iteration, grad=grad, hess=hess)
+        self._n_boosted = iteration + 1
         self._margins = None
 
     def margins(self) -> np.ndarray:
@@ -356,6 +362,11 @@ class XGBoostBackend(BuiltinBackend):
         (n,) for two classes (log-odds of label 1), (n, K) otherwise."""
         self._require_training("margins")
         return self._cached_margins().copy()
+
+    def losses(self) -> np.ndarray:
+        """Per-label losses at the training points, from the cached margins (no copy of them)."""
+        self._require_training("losses")
+        return label_losses(self._cached_margins(), self.n_classes_)
 
     def _cached_margins(self) -> np.ndarray:
         if self._margins is None:
