@@ -217,3 +217,36 @@ def test_an_intercept_fitted_to_the_labels_is_reported_as_such(K):
     # failed later with a message about zeroed rows or spread labels that did not name the cause
     with pytest.raises(AssertionError, match="starts from an intercept fitted to the labels"):
         check_backend(partial(_FromAverage, nthread=1), n_classes=(K,))
+
+
+def test_step_weights_are_checked_with_two_reductions():
+    # check_weights runs every round, so it scans the weights with a sum and a minimum only;
+    # every bad input must still be refused, with the reason (a NaN or inf entry, a negative
+    # one, finite entries whose sum overflows, a wrong total).
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from budro.backends._common import check_weights
+    from budro.exceptions import ValidationError
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.integers(0, 19), st.integers(0, 1),
+           st.sampled_from([np.nan, np.inf, -np.inf, -1e-3, 1e308, 0.5]))
+    def check(i, k, bad):
+        P = np.full((10, 2), 1.0 / 20)
+        P[i % 10, k] = bad
+        if np.isnan(bad) or np.isinf(bad):
+            match = "must be finite"
+        elif bad < 0:
+            match = "non-negative"
+        else:
+            match = "must sum to 1"
+        with pytest.raises(ValidationError, match=match):
+            check_weights(P, (10, 2))
+
+    check()
+    P = np.full((10, 2), 1e308)  # finite entries, infinite sum
+    with pytest.raises(ValidationError, match="must sum to 1.*inf"):
+        check_weights(P, (10, 2))
+    ok = np.full((10, 2), 1.0 / 20)
+    np.testing.assert_array_equal(check_weights(ok, (10, 2)), ok)

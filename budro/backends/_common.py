@@ -411,11 +411,15 @@ def check_weights(weights: Any, shape: tuple[int, int]) -> np.ndarray:
         raise ValidationError(f"weights must be a numeric array of shape {shape}, got {type(weights).__name__}") from None
     if P.shape != shape:
         raise ValidationError(f"weights must have shape (n, n_classes) = {shape}, got {P.shape}")
-    if not np.isfinite(P).all():
+    # Two reductions and no temporaries (this runs every round): a NaN or infinite entry makes
+    # the sum or the minimum non-finite, and only then is the array scanned for one.
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum is reported below
+        total = float(P.sum())
+    low = float(P.min()) if P.size else 0.0
+    if not (math.isfinite(total) and math.isfinite(low)) and not np.isfinite(P).all():
         raise ValidationError("weights must be finite (found NaN or inf)")
-    if (P < 0).any():
-        raise ValidationError(f"weights must be non-negative (min {P.min():.3g})")
-    total = float(P.sum())
+    if low < 0:
+        raise ValidationError(f"weights must be non-negative (min {low:.3g})")
     if abs(total - 1.0) > WEIGHT_SUM_TOL:
         raise ValidationError(f"weights must sum to 1 (a distribution over (x_i, k)); they sum to {total:.9g}")
     return P
