@@ -265,7 +265,9 @@ def _check_losses(losses: Any, step: int) -> None:
 def _check_result(result: TransportResult, step: int, solver: Solver) -> None:
     """The solver's weights and objective must be finite (they become the next tree's weights)."""
     weights = np.asarray(result.weights, dtype=np.float64)
-    if not (math.isfinite(float(result.objective)) and np.isfinite(weights).all()):
+    with np.errstate(over="ignore", invalid="ignore"):  # a NaN/inf entry makes the sum non-finite
+        finite = math.isfinite(float(weights.sum())) or bool(np.isfinite(weights).all())
+    if not (math.isfinite(float(result.objective)) and finite):
         raise NumericalError(
             f"round {step}: solver {getattr(solver, 'name', '') or type(solver).__name__!r} returned a non-finite "
             f"objective ({float(result.objective)!r}) or weights; the costs or losses overflowed: standardise the features"

@@ -230,3 +230,17 @@ def test_the_fit_refuses_before_any_work(monkeypatch):
     sparse = BuDROClassifier(solver="entropic", solver_params={"max_dense_n": 50}, n_neighbors=8, protected=[2],
                              eps=0.1, n_steps=2, backend_params=FAST, fair_metric_params={"fit_linear_models": False})
     assert len(sparse.fit(X, y).history_) == 2
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_solver_weights_are_refused_with_the_round(bad):
+    # the round loop checks a solver's weights by their sum (one reduction); any NaN or infinite
+    # entry must still be refused, and huge finite weights (an overflowing sum) are not
+    from budro.core import _check_result
+    from budro.transport import TransportResult
+
+    weights = np.full((5, 2), 0.1)
+    weights[3, 1] = bad
+    with pytest.raises(NumericalError, match="round 7: solver 'dual' returned a non-finite"):
+        _check_result(TransportResult(weights=weights, objective=0.5, transport_cost=0.0), 7, DualSolver())
+    _check_result(TransportResult(weights=np.full((5, 2), 1e308), objective=0.5, transport_cost=0.0), 7, DualSolver())
