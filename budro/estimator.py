@@ -196,6 +196,7 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         # eps_unit="nn", scaled) before the first round; BuDRO uses the fitted metric as it is.
         t0 = time.perf_counter()
         metric_X = fit_kwargs.get("metric_X", X)
+        _check_metric_input(metric_X)
         metric = metric.fit(metric_X, fit_kwargs["protected"], y=y_enc)
         self.budget_ = diagnose_budget(metric, metric_X, y_enc, random_state=self.random_state or 0)
         self.eps_scale_ = self.budget_.nn_scale
@@ -342,6 +343,17 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # "auto" sends arrays with NaN through the table encoder
         return tags
+
+
+def _check_metric_input(metric_X: np.ndarray) -> None:
+    """Features whose squared norms overflow float64 are refused before a fair-metric learner
+    (scikit-learn regressions, SVDs) sees them and warns of overflow or returns NaN."""
+    from budro.transport import check_squared_norms
+
+    Z = np.asarray(metric_X, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = np.einsum("ij,ij->i", Z, Z) if Z.ndim == 2 else np.zeros(0)
+    check_squared_norms(Z, sq, "the fair metric's input features")
 
 
 def _check_labels(y: Any) -> np.ndarray:

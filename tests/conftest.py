@@ -13,13 +13,21 @@ def rng():
     return np.random.default_rng(12345)
 
 
+def data_home_path() -> Path:
+    """Where tests read the paper's raw files: ``$BUDRO_DATA_HOME`` when set, else ../shared/data."""
+    env = os.environ.get("BUDRO_DATA_HOME")
+    return Path(env) if env else SHARED_DATA
+
+
 @pytest.fixture
 def data_home(monkeypatch):
-    """Point BUDRO_DATA_HOME at ../shared/data; skip with a reason when it is absent."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"the paper's raw data is not at {SHARED_DATA} (see DEVELOPERS.md, 'Data')")
-    monkeypatch.setenv("BUDRO_DATA_HOME", str(SHARED_DATA))
-    return SHARED_DATA
+    """Point BUDRO_DATA_HOME at the test data home; skip with a reason when it is absent."""
+    home = data_home_path()
+    if not home.is_dir():
+        pytest.skip(f"the paper's raw data is not at {home}: set BUDRO_DATA_HOME to the folder holding "
+                    "german/, adult/ and compas/ (README.md, 'Reproduce the paper')")
+    monkeypatch.setenv("BUDRO_DATA_HOME", str(home))
+    return home
 
 
 def in_ci() -> bool:
