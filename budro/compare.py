@@ -25,7 +25,7 @@ from typing import Any, Sequence, TextIO
 from budro import registry
 from budro.config import Config
 from budro.exceptions import BudroError, ConfigError
-from budro.experiment import markdown_table, metric_columns, summarize, write_csv
+from budro.experiment import markdown_table, metric_columns, summarize, write_csv, write_text
 
 __all__ = ["CompareResult", "backend_params_for", "run_compare"]
 
@@ -99,6 +99,11 @@ def run_compare(
                          f"(set them in [compare.{name}])")
     rows: list[dict[str, Any]] = []
     seed0 = int(exp.get("seed", 0))
+    bar = None
+    if stream is not None:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=splits * len(names), desc="compare", unit="fit", file=stream, dynamic_ncols=True)
     for k in range(splits):
         train, test = dataset.train_test_split(float(exp.get("test_size", 0.2)), random_state=seed0 + k,
                                                stratify=bool(exp.get("stratify", True)))
@@ -111,9 +116,11 @@ def run_compare(
             row = {k2: (v.item() if hasattr(v, "item") else v) for k2, v in row.items()}
             row["fit_seconds"] = seconds
             rows.append({"method": name, "point": "", "split": k, "seed": seed0 + k, **row})
-            if stream is not None:
-                stream.write(f"split {k}  {name}: accuracy {row['accuracy']:.3f}, fit {seconds:.1f} s\n")
-                stream.flush()
+            if bar is not None:
+                bar.set_postfix_str(f"split {k} {name}: accuracy {row['accuracy']:.3f}, fit {seconds:.1f} s")
+                bar.update(1)
+    if bar is not None:
+        bar.close()
     columns = metric_columns(rows)
     summary = summarize(rows)
     result = CompareResult(rows=rows, summary=summary, columns=columns, params=params, notes=notes)
@@ -131,7 +138,7 @@ def run_compare(
         text += ["", result.table(), ""]
         text += [f"- {name}: {params[name]}" for name in names]
         text += [f"- note: {n}" for n in notes]
-        (out / "compare.md").write_text("\n".join(text) + "\n")
+        write_text(out / "compare.md", "\n".join(text) + "\n")
         result.files["compare.md"] = out / "compare.md"
     return result
 
