@@ -120,7 +120,9 @@ class EmbeddingCost(Cost):
     """``C_ij = ||z_i - z_j||^2`` for an embedding ``Z`` (n, p) of the points in the fair metric.
 
     Columns are computed in blocks with a matrix product; the full matrix is cached only when it
-    takes at most ``cache_bytes`` (default 256 MiB, about n = 5800).  Rounding noise around zero
+    takes at most ``cache_bytes`` (default 256 MiB, about n = 5800), computed on first use (a
+    solver that needs only the distinct points' costs, :meth:`costs_among`, never builds it).
+    Rounding noise around zero
     (duplicate points give +-1e-15 instead of 0) is snapped to exactly 0, so duplicates are free
     to move between.
     """
@@ -135,9 +137,15 @@ class EmbeddingCost(Cost):
             self._sq = np.einsum("ij,ij->i", self.Z, self.Z)
         check_squared_norms(self.Z, self._sq, "EmbeddingCost")
         self._full: np.ndarray | None = None
-        if 8 * self.n * self.n <= cache_bytes:
-            self._full = self._compute(0, self.n)
+        self._hold = 8 * self.n * self.n <= cache_bytes
+        if self._hold:
             self.is_dense = True
+
+    def _matrix(self) -> np.ndarray | None:
+        """The held matrix (computed on first use), or None for a blocked cost."""
+        if self._full is None and getattr(self, "_hold", False):
+            self._full = self._compute(0, self.n)
+        return self._full
 
     def _compute(self, start: int, stop: int) -> np.ndarray:
         Zb = self.Z[start:stop]
@@ -151,9 +159,23 @@ class EmbeddingCost(Cost):
         return C
 
     def column_block(self, start: int, stop: int) -> np.ndarray:
-        if self._full is not None:
-            return self._full[:, start:stop]
+        full = self._matrix()
+        if full is not None:
+            return full[:, start:stop]
         return self._compute(start, stop)
+
+    def costs_among(self, rows: np.ndarray) -> np.ndarray:
+        """``C[rows][:, rows]`` (the held matrix's entries where it has been built, else the same
+        formula and zero-snapping on these rows only)."""
+        rows = np.asarray(rows, dtype=np.intp)
+        if self._full is not None:
+            return self._full[np.ix_(rows, rows)]
+        sq = self._sq[rows]
+        scale = sq[:, None] + sq[None, :]
+        C = scale - 2.0 * (self.Z[rows] @ self.Z[rows].T)
+        C[C <= ZERO_RTOL * scale] = 0.0
+        np.fill_diagonal(C, 0.0)
+        return C
 
     def distinct_points(self) -> tuple[np.ndarray, np.ndarray]:
         """Points with identical embeddings (bit for bit), which cost exactly the same to every
@@ -171,8 +193,9 @@ class EmbeddingCost(Cost):
     def entries(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows)
         cols = np.asarray(cols)
-        if self._full is not None:
-            return self._full[rows, cols]
+        full = self._matrix()
+        if full is not None:
+            return full[rows, cols]
         # The same formula and zero-snapping as column_block, so a plan's cost is computed
         # exactly as the solver saw it.
         scale = self._sq[rows] + self._sq[cols]
@@ -181,24 +204,56 @@ class EmbeddingCost(Cost):
         return c
 
     def max(self) -> float:
-        if self._full is not None:
-            return float(self._full.max()) if self._full.size else 0.0
+        full = self._matrix()
+        if full is not None:
+            return float(full.max()) if full.size else 0.0
         return super().max()
 
     def __repr__(self) -> str:
-        return f"EmbeddingCost(n={self.n}, p={self.Z.shape[1]}, cached={self._full is not None})"
+        return f"EmbeddingCost(n={self.n}, p={self.Z.shape[1]}, cached={bool(getattr(self, '_hold', False))})"
 
 
 class NeighborCost(Cost):
     """A sparse cost: column j (the point that moves) may only go to its m nearest neighbours in
     the fair metric, itself included, so staying put is always possible; every other pair costs +inf.
 
-    The neighbour graph is found once per fit with a real nearest-neighbour library
-    (scikit-learn's ``NearestNeighbors``, or faiss's exact flat index with ``method="faiss"`` when
-    faiss is installed) and reused every round: O(n m) memory, and O(n m) work per solve.  The
-    costs of listed pairs are recomputed exactly from the embedding (duplicates cost exactly 0).
-    scikit-learn chooses its own algorithm up to 50 000 points (brute force when p > 15) and
-    uses a k-d tree above that, where brute force would be O(n^2 p).
+    The neighbour graph is found once per fit with a nearest-neighbour library and reused every
+    round: O(n m) memory, and O(n m) work per solve.  The costs of listed pairs are recomputed
+    exactly (float64) from the embedding, so duplicates cost exactly 0 and each list is sorted by
+    exact cost whatever the library computed.
+
+    What is exact and what is not: the transport solve on a NeighborCost is exact for the lists it
+    is given.  With an exact search (``method="exact"``, ``"sklearn"``) the lists are the m nearest
+    points (ties between equally distant points broken by the library).  With an approximate
+    search (``"faiss-ivf"``, ``"faiss-hnsw"``) a list may miss a few of the true m nearest points
+    and hold the next ones instead: that changes the restricted problem (the adversary may move a
+    point to slightly different places), not the exactness of its solution.  How much it changes
+    is measured in docs/neighbors-benchmark.md (recall and the adversary's objective, approximate
+    against exact lists).  The approximate searches are deterministic: the same lists on every run
+    and for every thread count.
+
+    Parameters
+    ----------
+    Z : array (n, p)
+        The points embedded in the fair metric (``C_ij = |z_i - z_j|^2``).
+    m : int
+        List length, the point itself included (at most n).
+    method : str, default "auto"
+        ``"exact"``: scikit-learn's brute force up to :data:`EXACT_BRUTE_MAX_N` points, above that
+        scipy's k-d tree (``cKDTree``) on the principal axes of ``Z`` (an exact rotation: k-d tree
+        cells follow the directions the data spread along).  ``"faiss-ivf"``: faiss's inverted-file
+        index (k-means cells, the nearest :data:`IVF_NPROBE` cells searched), approximate;
+        ``"faiss-hnsw"``: faiss's HNSW graph, approximate, built on one thread (a graph built on
+        several depends on their timing).  ``"auto"``: ``"exact"`` up to :data:`APPROX_MIN_N`
+        points or when faiss is not installed (``pip install budro[neighbors]``), else
+        ``"faiss-ivf"``.  ``"sklearn"``: scikit-learn's ``NearestNeighbors`` (brute force up to
+        50 000 points, its k-d tree above); ``"faiss"``: faiss's exact flat index in float32.
+    n_jobs : int, optional
+        Threads of the search; None or -1: :func:`budro._threads.available_cores`.
+    dedupe : bool or "auto", default "auto"
+        Search the distinct points only and give copies of a point the same list (exactly what a
+        search over all points gives, ties among copies broken by row order); ``"auto"`` does it
+        when at most :data:`DEDUPE_MAX_SHARE` of the rows are distinct.
 
     Attributes
     ----------
@@ -206,26 +261,58 @@ class NeighborCost(Cost):
         ``neighbors[j]`` are the rows i that column j may move to; ``neighbors[j, 0] == j``.
     neighbor_costs : (n, m) float64 array
         ``neighbor_costs[j, r] = C[neighbors[j, r], j]``, sorted increasingly after position 0.
+    method : str
+        The search actually used (``"auto"`` resolved).
+    n_distinct : int
+        Number of distinct points searched (n when not deduplicated).
     """
 
     is_sparse = True
 
-    def __init__(self, Z: Any, m: int, *, method: str = "sklearn", n_jobs: int | None = None):
+    def __init__(self, Z: Any, m: int, *, method: str = "auto", n_jobs: int | None = None,
+                 dedupe: bool | str = "auto"):
         Z = _as_float_array(Z, "Z")
         if Z.ndim != 2:
             raise ValidationError(f"NeighborCost: Z must be 2-D (n points, p coordinates), got shape {Z.shape}")
         n = Z.shape[0]
         if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
             raise ValidationError(f"NeighborCost: m must be an integer >= 1, got {m!r}")
-        if method not in _NEIGHBOR_METHODS:
-            raise ValidationError(f"NeighborCost: method must be one of: {', '.join(_NEIGHBOR_METHODS)}; got {method!r}")
+        if method not in _NEIGHBOR_METHODS and method != "auto":
+            raise ValidationError(
+                f"NeighborCost: method must be one of: auto, {', '.join(_NEIGHBOR_METHODS)}; got {method!r}"
+            )
+        if dedupe not in (True, False, "auto"):
+            raise ValidationError(f"NeighborCost: dedupe must be True, False or 'auto', got {dedupe!r}")
+        if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer))
+                                   or (n_jobs < 1 and n_jobs != -1)):
+            raise ValidationError(f"NeighborCost: n_jobs must be a positive integer, -1 or None, got {n_jobs!r}")
+        if method == "auto":
+            method = "exact" if n <= APPROX_MIN_N or not _has_faiss() else "faiss-ivf"
         m = int(min(m, n))
         self.n = n
         self.m = m
+        self.method = method
         self.Z = np.ascontiguousarray(Z)
         with np.errstate(over="ignore"):
             check_squared_norms(self.Z, np.einsum("ij,ij->i", self.Z, self.Z), "NeighborCost")
-        idx = _NEIGHBOR_METHODS[method](self.Z, m, n_jobs)
+        from budro._threads import available_cores, limit_threads
+
+        threads = available_cores() if n_jobs is None or n_jobs == -1 else int(n_jobs)
+        groups = _distinct_rows(self.Z, dedupe)
+        with limit_threads(threads):
+            if groups is None:
+                self.n_distinct = n
+                idx = _NEIGHBOR_METHODS[method](self.Z, m, threads)
+            else:
+                first, inverse, counts = groups
+                self.n_distinct = len(first)
+                k = min(m, len(first))
+                idx_distinct = _NEIGHBOR_METHODS[method](self.Z[first], k, threads)
+                idx = _expand_copies(idx_distinct, inverse, counts, m)[inverse]
+        self._finish(idx)
+
+    def _finish(self, idx: np.ndarray) -> None:
+        n, m = self.n, self.m
         # Each list starts with the point itself (ties among duplicates may have pushed it out),
         # followed by the first m - 1 other neighbours, by increasing exact cost.
         own = np.arange(n)
@@ -255,6 +342,7 @@ class NeighborCost(Cost):
             raise ValidationError("NeighborCost.from_lists: each list must start with the point itself at cost 0, with rows in [0, n) and costs >= 0")
         self = cls.__new__(cls)
         self.n, self.m = n, nb.shape[1]
+        self.method, self.n_distinct = "given", n
         self.Z = None
         self.neighbors = nb.astype(np.intp)
         self.neighbor_costs = c
@@ -289,31 +377,193 @@ class NeighborCost(Cost):
 
 #: Above this many points scikit-learn's "auto" choice (brute force whenever p > 15) is O(n^2 p)
 #: work; a k-d tree is used instead (fast where the data have a low intrinsic dimension, as
-#: tabular data usually do; faiss, method="faiss", is the alternative otherwise).
+#: tabular data usually do).
 _BRUTE_FORCE_MAX_N = 50_000
+#: ``method="exact"`` uses brute force up to this many points, scipy's k-d tree above.
+EXACT_BRUTE_MAX_N = 50_000
+#: ``method="auto"`` searches exactly up to this many points, approximately (faiss) above.
+APPROX_MIN_N = 200_000
+#: ``dedupe="auto"`` searches the distinct points only when they are at most this share of the rows.
+DEDUPE_MAX_SHARE = 0.9
+#: faiss IVF: about ``IVF_POINTS_PER_CELL`` points per k-means cell, the ``IVF_NPROBE`` nearest cells searched.
+IVF_POINTS_PER_CELL = 256
+IVF_NPROBE = 16
+#: faiss HNSW: graph degree, construction and search breadth (at least 2 m).
+HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 40, 64
+#: Seed of the k-means of the IVF index (same cells, same lists, on every run).
+_SEED = 1234
 
 
-def _sklearn_neighbors(Z: np.ndarray, m: int, n_jobs: int | None) -> np.ndarray:
+def _sklearn_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
     from sklearn.neighbors import NearestNeighbors
 
     algorithm = "auto" if Z.shape[0] <= _BRUTE_FORCE_MAX_N else "kd_tree"
-    nn = NearestNeighbors(n_neighbors=m, algorithm=algorithm, n_jobs=n_jobs).fit(Z)
+    nn = NearestNeighbors(n_neighbors=m, algorithm=algorithm, n_jobs=threads).fit(Z)
     return nn.kneighbors(Z, return_distance=False)
 
 
-def _faiss_neighbors(Z: np.ndarray, m: int, n_jobs: int | None) -> np.ndarray:
+def _exact_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
+    """Exact m nearest neighbours: brute force (scikit-learn) for small n, else scipy's k-d tree
+    on the principal axes of Z (a rotation: distances unchanged up to rounding)."""
+    n = Z.shape[0]
+    if n <= EXACT_BRUTE_MAX_N:
+        from sklearn.neighbors import NearestNeighbors
+
+        nn = NearestNeighbors(n_neighbors=m, algorithm="brute", n_jobs=threads).fit(Z)
+        return nn.kneighbors(Z, return_distance=False)
+    from scipy.spatial import cKDTree
+
+    centred = Z - Z.mean(axis=0)
+    sample = centred[:: max(1, n // 100_000)]
+    _, _, vt = np.linalg.svd(sample, full_matrices=False)
+    rotated = centred @ vt.T
+    del centred
+    _, idx = cKDTree(rotated, balanced_tree=False).query(rotated, k=m, workers=threads)
+    return np.asarray(idx, dtype=np.intp).reshape(n, m)
+
+
+def _faiss_module():
     try:
         import faiss
     except ImportError:
-        raise ValidationError("NeighborCost: method='faiss' needs the faiss package (pip install faiss-cpu)") from None
+        raise ValidationError(
+            "NeighborCost: the faiss methods need the faiss package (pip install budro[neighbors], or faiss-cpu)"
+        ) from None
+    return faiss
+
+
+def _has_faiss() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("faiss") is not None
+
+
+class _FaissThreads:
+    """faiss's OpenMP threads set for a block and restored after."""
+
+    def __init__(self, faiss, threads: int):
+        self.faiss, self.threads = faiss, threads
+
+    def __enter__(self):
+        self.before = self.faiss.omp_get_max_threads()
+        self.faiss.omp_set_num_threads(self.threads)
+        return self
+
+    def __exit__(self, *exc):
+        self.faiss.omp_set_num_threads(self.before)
+
+
+def _faiss_search(index, Zf: np.ndarray, m: int) -> np.ndarray:
+    _, idx = index.search(Zf, m)
+    idx = idx.astype(np.intp)
+    missing = idx < 0  # fewer than m results (a tiny cell set): fill with the point itself
+    if missing.any():
+        rows = np.nonzero(missing)[0]
+        idx[missing] = rows
+    return idx
+
+
+def _faiss_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
+    faiss = _faiss_module()
     index = faiss.IndexFlatL2(Z.shape[1])
     Zf = np.ascontiguousarray(Z, dtype=np.float32)
     index.add(Zf)
-    _, idx = index.search(Zf, m)
-    return idx.astype(np.intp)
+    with _FaissThreads(faiss, threads):
+        return _faiss_search(index, Zf, m)
 
 
-_NEIGHBOR_METHODS = {"sklearn": _sklearn_neighbors, "faiss": _faiss_neighbors}
+def _faiss_ivf_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
+    """Approximate: k-means cells (faiss IVF, float32), the IVF_NPROBE nearest cells searched.
+    Deterministic: the k-means is seeded, and each centroid, assignment and query is computed the
+    same way whatever the thread count."""
+    faiss = _faiss_module()
+    n, p = Z.shape
+    Zf = np.ascontiguousarray(Z, dtype=np.float32)
+    nlist = int(max(1, min(n // IVF_POINTS_PER_CELL, 65536)))
+    with _FaissThreads(faiss, threads):
+        quantizer = faiss.IndexFlatL2(p)
+        index = faiss.IndexIVFFlat(quantizer, p, nlist)
+        index.cp.seed = _SEED
+        index.cp.max_points_per_centroid = IVF_POINTS_PER_CELL
+        index.train(Zf)
+        index.add(Zf)
+        index.nprobe = min(nlist, IVF_NPROBE)
+        return _faiss_search(index, Zf, m)
+
+
+def _faiss_hnsw_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
+    """Approximate: faiss HNSW graph (float32).  Built on one thread so the graph, and therefore
+    the lists, do not depend on thread timing; searched on ``threads``."""
+    faiss = _faiss_module()
+    Zf = np.ascontiguousarray(Z, dtype=np.float32)
+    index = faiss.IndexHNSWFlat(Z.shape[1], HNSW_M)
+    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    with _FaissThreads(faiss, 1):
+        index.add(Zf)
+    index.hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * m)
+    with _FaissThreads(faiss, threads):
+        return _faiss_search(index, Zf, m)
+
+
+_NEIGHBOR_METHODS = {
+    "exact": _exact_neighbors,
+    "sklearn": _sklearn_neighbors,
+    "faiss": _faiss_neighbors,
+    "faiss-ivf": _faiss_ivf_neighbors,
+    "faiss-hnsw": _faiss_hnsw_neighbors,
+}
+
+
+def _distinct_rows(Z: np.ndarray, dedupe: bool | str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(first, inverse, counts)`` of the distinct rows of Z (``first``: the first row of each, in
+    row order; ``Z[first][inverse] == Z``), or None when not deduplicating."""
+    if dedupe is False or Z.shape[0] < 2:
+        return None
+    n = Z.shape[0]
+    # A 64-bit hash of each row's bytes (integer arithmetic: equal rows, equal hashes), grouped by
+    # sorting; every group is then checked row by row, so a hash collision only costs time.
+    bits = Z.view(np.uint64)
+    mult = np.random.default_rng(_SEED).integers(1, 2**63, size=Z.shape[1], dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        h = (bits * mult).sum(axis=1, dtype=np.uint64)
+    _, first, inverse, counts = np.unique(h, return_index=True, return_inverse=True, return_counts=True)
+    if dedupe == "auto" and len(first) > DEDUPE_MAX_SHARE * n:
+        return None
+    if not np.array_equal(Z[first][inverse], Z):  # a collision: group by the rows themselves
+        rows = np.ascontiguousarray(Z).view(np.dtype((np.void, Z.dtype.itemsize * Z.shape[1]))).ravel()
+        _, first, inverse, counts = np.unique(rows, return_index=True, return_inverse=True, return_counts=True)
+    order = np.argsort(first, kind="stable")  # groups in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.ravel()], counts[order]
+
+
+def _expand_copies(idx: np.ndarray, inverse: np.ndarray, counts: np.ndarray, m: int) -> np.ndarray:
+    """Lists over rows from lists over distinct points: each listed distinct point stands for all
+    its copies (rows in order), truncated at m.  ``idx`` (n_distinct, k) lists distinct points."""
+    n_distinct = len(counts)
+    members = np.argsort(inverse, kind="stable")  # rows grouped by distinct point, in row order
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    # Each list starts with the point itself (approximate searches may not return it first),
+    # then the other listed points in order.
+    own = np.arange(n_distinct)
+    rest = np.where(idx == own[:, None], -1, idx)
+    rest = np.take_along_axis(rest, np.argsort(rest < 0, axis=1, kind="stable"), axis=1)
+    ordered = np.column_stack([own, rest])
+    valid = 1 + (rest >= 0).sum(axis=1)
+    rows = np.arange(n_distinct)
+    out = np.empty((n_distinct, m), dtype=np.intp)
+    col = np.zeros(n_distinct, dtype=np.intp)  # position in `ordered`
+    off = np.zeros(n_distinct, dtype=np.intp)  # which copy of ordered[:, col] comes next
+    for t in range(m):
+        exhausted = col >= valid  # only if the search returned too few points: repeat the point itself
+        cur = np.where(exhausted, own, ordered[rows, np.minimum(col, ordered.shape[1] - 1)])
+        out[:, t] = members[starts[cur] + np.where(exhausted, 0, off)]
+        off += 1
+        done = off >= counts[cur]
+        col[done] += 1
+        off[done] = 0
+    return out
 
 
 @dataclass(frozen=True, eq=False)

@@ -211,3 +211,23 @@ def test_distinct_points_groups_identical_embeddings_in_order_of_first_row():
     first, group = EmbeddingCost(Z).distinct_points()
     np.testing.assert_array_equal(first, [0, 1, 4])
     np.testing.assert_array_equal(group, [0, 1, 0, 1, 2])
+
+
+def test_collapsed_solve_never_builds_the_n_by_n_matrix():
+    # COMPAS-like: many rows, few distinct points; the held cost's matrix stays unbuilt and the
+    # plan's costs (from the groups' costs) agree with the matrix built afterwards.
+    rng = np.random.default_rng(35)
+    n = 2000
+    losses, labels, Z = make_instance(rng, n, 2, n_distinct=40, integer=False, d=3)
+    cost = EmbeddingCost(Z)
+    assert cost.is_dense  # small enough to be held
+    problem = TransportProblem(losses, labels, cost, 0.05)
+    res = DualSolver().solve(problem)
+    assert cost._full is None
+    plan = res.plan.tocoo()
+    assert res.transport_cost == pytest.approx(float(plan.data @ cost.entries(plan.row, plan.col)), rel=1e-12)
+    assert cost._full is not None  # entries built it on demand
+    np.testing.assert_allclose(cost.costs_among(np.arange(0, n, 7)), cost.column_block(0, n)[::7, ::7],
+                               rtol=0, atol=1e-12)
+    small = TransportProblem(losses[:300], labels[:300], EmbeddingCost(Z[:300]), 0.05)
+    assert_same_optimum(DualSolver().solve(small), LPSolver().solve(small))

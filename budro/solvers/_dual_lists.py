@@ -56,6 +56,14 @@ class Reduction:
     col_class: np.ndarray | None
     #: The reduced problem's lists (rows are group ids; ``weights``: multiplicities or None).
     layout: _SparseLayout | None
+    #: Each row's group, and the costs between groups (``D[u, v]``: from group u to group v).
+    group: np.ndarray
+    D: np.ndarray | None
+
+    def plan_costs(self, rows: np.ndarray) -> np.ndarray:
+        """``C[rows[j], j]`` for every column j, from the groups' costs (exactly the values the
+        reduced problem was solved with, so the budget binds for the costs reported)."""
+        return self.D[self.group[rows], self.group]
 
     @property
     def n_groups(self) -> int:
@@ -110,13 +118,13 @@ def reduction(solver, problem: TransportProblem) -> Reduction | None:
     keys, col_class = np.unique(group * K + labels, return_inverse=True)
     col_class = col_class.reshape(-1)
     n_cls = int(keys.size)
-    layout = None
+    layout = D = None
     if U * n_cls <= _MAX_PAIRS:
         class_group, class_label = keys // K, (keys % K).astype(np.intp)
-        if cost.is_dense:
-            D = cost.column_block(0, n)[np.ix_(first, first)]
+        if isinstance(cost, EmbeddingCost):  # never builds the n x n matrix
+            D = cost.costs_among(first)
         else:
-            D = EmbeddingCost(cost.Z[first]).column_block(0, U)
+            D = np.ascontiguousarray(cost.C[np.ix_(first, first)])
         lists = np.ascontiguousarray(D[:, class_group].T)  # (classes, groups): row u of class c
         order = np.argsort(lists, axis=1, kind="stable")
         rows = np.ascontiguousarray(order.astype(np.intp))
@@ -131,7 +139,7 @@ def reduction(solver, problem: TransportProblem) -> Reduction | None:
     identity_cols = n_cls == n and np.array_equal(col_class, np.arange(n))
     red = Reduction(cost=cost, labels=labels.copy(), K=K, first=first, order=row_order, group_starts=starts,
                     group_sorted=None if identity_rows else group[row_order],
-                    col_class=None if identity_cols else col_class, layout=layout)
+                    col_class=None if identity_cols else col_class, layout=layout, group=group, D=D)
     solver._reduction_cache = red
     return red if layout is not None else None
 

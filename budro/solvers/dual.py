@@ -400,10 +400,8 @@ class DualSolver(Solver):
             )
             result = _result_from_entries(problem, rows, cols, vals, entry_costs, **meta, info=info)
         elif reduced is not None:
-            # The reduced problem's costs are the groups' costs; the plan's are looked up for its
-            # own rows and columns (O(n)), so that the budget binds for the costs reported.
-            cols_all = np.arange(n)
-            costs = (problem.cost.entries(cheap[0], cols_all), problem.cost.entries(dear[0], cols_all))
+            # The plan's costs are the groups' costs the reduced problem was solved with (O(n)).
+            costs = (reduced.plan_costs(cheap[0]), reduced.plan_costs(dear[0]))
             rows, cols, vals, entry_costs, split_column, n_switched = _switch_entries(
                 problem, cheap[0], dear[0], switch, costs=costs
             )
