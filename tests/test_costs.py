@@ -62,7 +62,7 @@ def test_neighbor_cost_with_more_duplicates_than_m(rng):
     (lambda: DenseCost([[0, np.nan], [1, 0]]), "NaN"),
     (lambda: EmbeddingCost(np.zeros(3)), "2-D"),
     (lambda: NeighborCost(np.zeros((5, 2)), 0), "m must be an integer >= 1"),
-    (lambda: NeighborCost(np.zeros((5, 2)), 2, method="annoy"), "method must be one of: sklearn, faiss"),
+    (lambda: NeighborCost(np.zeros((5, 2)), 2, method="annoy"), "method must be one of: auto, exact, sklearn, faiss"),
 ])
 def test_bad_costs(make, match):
     with pytest.raises(ValidationError, match=match):
