@@ -520,13 +520,9 @@ def _distinct_rows(Z: np.ndarray, dedupe: bool | str) -> tuple[np.ndarray, np.nd
     if dedupe is False or Z.shape[0] < 2:
         return None
     n = Z.shape[0]
-    # A 64-bit hash of each row's bytes (integer arithmetic: equal rows, equal hashes), grouped by
-    # sorting; every group is then checked row by row, so a hash collision only costs time.
-    bits = Z.view(np.uint64)
-    mult = np.random.default_rng(_SEED).integers(1, 2**63, size=Z.shape[1], dtype=np.uint64) | np.uint64(1)
-    with np.errstate(over="ignore"):
-        h = (bits * mult).sum(axis=1, dtype=np.uint64)
-    _, first, inverse, counts = np.unique(h, return_index=True, return_inverse=True, return_counts=True)
+    # Rows grouped by a hash of their bytes; every group is then checked row by row, so a hash
+    # collision only costs time.
+    _, first, inverse, counts = np.unique(_row_hashes(Z), return_index=True, return_inverse=True, return_counts=True)
     if dedupe == "auto" and len(first) > DEDUPE_MAX_SHARE * n:
         return None
     if not np.array_equal(Z[first][inverse], Z):  # a collision: group by the rows themselves
@@ -536,6 +532,14 @@ def _distinct_rows(Z: np.ndarray, dedupe: bool | str) -> tuple[np.ndarray, np.nd
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     return first[order], rank[inverse.ravel()], counts[order]
+
+
+def _row_hashes(Z: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row's bytes (integer arithmetic: equal rows, equal hashes)."""
+    bits = np.ascontiguousarray(Z, dtype=np.float64).view(np.uint64)
+    mult = np.random.default_rng(_SEED).integers(1, 2**63, size=Z.shape[1], dtype=np.uint64) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        return (bits * mult).sum(axis=1, dtype=np.uint64)
 
 
 def _expand_copies(idx: np.ndarray, inverse: np.ndarray, counts: np.ndarray, m: int) -> np.ndarray:

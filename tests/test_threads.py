@@ -132,3 +132,35 @@ def test_import_budro_sets_omp_wait_policy_unless_set():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ACTIVE"
+
+
+def _library_threads(backend) -> int:
+    import json
+
+    name = type(backend).__name__
+    if name == "XGBoostBackend":
+        return int(json.loads(backend.model.save_config())["learner"]["generic_param"]["nthread"])
+    if name == "LightGBMBackend":
+        return int(backend.model.params["num_threads"])
+    return int(backend.model.get_params()["thread_count"])
+
+
+@pytest.mark.parametrize(("backend", "alias"), [("xgboost", "n_jobs"), ("lightgbm", "nthread"), ("catboost", "thread_count")])
+def test_backends_default_to_available_cores_unless_given(backend, alias, monkeypatch):
+    """Without a thread parameter a backend trains with available_cores() threads (here fixed by
+    BUDRO_NUM_THREADS), not the library's every-core default; a given value (any alias) wins."""
+    import budro.registry as registry
+
+    X = np.random.default_rng(0).normal(size=(40, 3))
+    y = (X[:, 0] > 0).astype(float)
+    monkeypatch.setenv(_threads.ENV_THREADS, "3")
+    b = registry.create("backend", backend)
+    b.start(X, y, 2)
+    assert _library_threads(b) == 3
+    monkeypatch.setenv(_threads.ENV_THREADS, "1")
+    b.start(X, y, 2)  # read at every start, not frozen at construction
+    assert _library_threads(b) == 1
+    given = registry.create("backend", backend, **{alias: 2})
+    given.start(X, y, 2)
+    assert _library_threads(given) == 2
+    assert given.params.get(type(given).THREAD_PARAM) == 2

@@ -1,0 +1,172 @@
+"""NeighborCost's neighbour search: exact methods give the exact lists, copies share lists,
+approximate (faiss) lists are deterministic across runs and thread counts, "auto" picks as
+documented, and missing faiss or bad arguments are clear errors."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import budro.transport as transport
+from budro.exceptions import ValidationError
+from budro.transport import NeighborCost
+
+FAISS_METHODS = ["faiss-ivf", "faiss-hnsw"]
+
+
+def _exact_sorted_costs(Z: np.ndarray, m: int) -> np.ndarray:
+    """Per point, the m smallest squared distances to all points (itself included), brute force."""
+    D = ((Z[:, None, :] - Z[None, :, :]) ** 2).sum(-1)
+    return np.sort(D, axis=1)[:, :m]
+
+
+def _check_lists(cost: NeighborCost) -> None:
+    n = cost.n
+    assert np.array_equal(cost.neighbors[:, 0], np.arange(n))
+    assert np.all(cost.neighbor_costs[:, 0] == 0.0)
+    assert np.all(np.diff(cost.neighbor_costs[:, 1:], axis=1) >= 0)
+    assert all(len(set(row)) == cost.m for row in cost.neighbors)  # no row listed twice
+    Z = cost.Z
+    exact = ((Z[cost.neighbors] - Z[:, None, :]) ** 2).sum(-1)
+    np.testing.assert_allclose(cost.neighbor_costs, exact, rtol=1e-12, atol=1e-12)
+
+
+def _clustered(rng, n: int, p: int, n_distinct: int | None = None) -> np.ndarray:
+    """Tabular-like points: a few latent factors, correlated columns; optionally many copies."""
+    base = rng.normal(size=(n if n_distinct is None else n_distinct, 3)) @ rng.normal(size=(3, p))
+    base += 0.05 * rng.normal(size=base.shape)
+    if n_distinct is None:
+        return base
+    return base[rng.integers(0, n_distinct, size=n)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 120), p=st.integers(1, 6), m=st.integers(1, 12),
+       copies=st.booleans(), integer=st.booleans())
+def test_exact_kd_tree_path_gives_the_exact_lists(monkeypatch, seed, n, p, m, copies, integer):
+    """The k-d tree on the principal axes (forced here by a brute-force limit of 0) lists the
+    exact m nearest points, with or without deduplication, ties and duplicates included."""
+    monkeypatch.setattr(transport, "EXACT_BRUTE_MAX_N", 0)  # the same for every example
+    rng = np.random.default_rng(seed)
+    Z = _clustered(rng, n, p, n_distinct=max(1, n // 3) if copies else None)
+    if integer:  # many exact ties
+        Z = np.round(Z)
+    for dedupe in (False, True):
+        cost = NeighborCost(Z, m, method="exact", dedupe=dedupe)
+        _check_lists(cost)
+        np.testing.assert_allclose(np.sort(cost.neighbor_costs, axis=1), _exact_sorted_costs(Z, min(m, n)),
+                                   rtol=1e-9, atol=1e-9)
+
+
+def test_copies_share_lists_and_only_distinct_points_are_searched(monkeypatch):
+    rng = np.random.default_rng(0)
+    Z = _clustered(rng, 600, 4, n_distinct=150)
+    searched = []
+    real = transport._NEIGHBOR_METHODS["exact"]
+    monkeypatch.setitem(transport._NEIGHBOR_METHODS, "exact",
+                        lambda Zs, m, threads: searched.append(len(Zs)) or real(Zs, m, threads))
+    cost = NeighborCost(Z, 12, method="exact")
+    n_distinct = len(np.unique(Z, axis=0))
+    assert searched == [n_distinct] and cost.n_distinct == n_distinct
+    _check_lists(cost)
+    np.testing.assert_allclose(np.sort(cost.neighbor_costs, axis=1), _exact_sorted_costs(Z, 12), atol=1e-9)
+    # copies of a point (fewer than m of them) hold the same set of rows
+    _, inverse, counts = np.unique(Z, axis=0, return_inverse=True, return_counts=True)
+    inverse = inverse.ravel()
+    for g in np.flatnonzero((counts > 1) & (counts <= 12))[:20]:
+        rows = np.flatnonzero(inverse == g)
+        sets = {frozenset(cost.neighbors[j]) for j in rows}
+        assert len(sets) == 1
+    # without copies nothing is deduplicated ("auto": more than 90 % distinct)
+    searched.clear()
+    plain = NeighborCost(_clustered(rng, 300, 4), 5, method="exact")
+    assert searched == [300] and plain.n_distinct == 300
+
+
+def test_dedupe_survives_hash_collisions(monkeypatch):
+    """Rows are grouped by a hash and then checked: a collision (here: every hash equal) falls
+    back to grouping by the rows themselves, never merges different points."""
+    rng = np.random.default_rng(1)
+    Z = _clustered(rng, 200, 3, n_distinct=40)
+    monkeypatch.setattr(transport, "_row_hashes", lambda Z: np.zeros(len(Z), dtype=np.uint64))
+    cost = NeighborCost(Z, 6, method="exact", dedupe=True)
+    assert cost.n_distinct == len(np.unique(Z, axis=0))
+    np.testing.assert_allclose(np.sort(cost.neighbor_costs, axis=1), _exact_sorted_costs(Z, 6), atol=1e-9)
+
+
+@pytest.mark.parametrize("method", FAISS_METHODS)
+def test_faiss_lists_are_deterministic_across_runs_and_threads(method):
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(2)
+    Z = _clustered(rng, 4000, 8)
+    one = NeighborCost(Z, 10, method=method, n_jobs=1)
+    two = NeighborCost(Z, 10, method=method, n_jobs=2)
+    again = NeighborCost(Z, 10, method=method, n_jobs=2)
+    assert np.array_equal(one.neighbors, two.neighbors)
+    assert np.array_equal(two.neighbors, again.neighbors)
+    _check_lists(two)
+    # approximate, but close: recall against the exact lists
+    kth = _exact_sorted_costs(Z, 10)[:, -1]
+    assert np.mean(two.neighbor_costs <= kth[:, None] + 1e-9) >= 0.99
+
+
+@pytest.mark.parametrize("method", FAISS_METHODS)
+def test_faiss_with_copies(method):
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(3)
+    Z = _clustered(rng, 3000, 5, n_distinct=1000)
+    cost = NeighborCost(Z, 8, method=method)
+    _, inverse, counts = np.unique(Z, axis=0, return_inverse=True, return_counts=True)
+    assert cost.n_distinct == len(counts) < 0.9 * len(Z)
+    _check_lists(cost)
+    # a point's copies (all of them, up to m - 1) come first in its list, at cost 0
+    copies = np.minimum(counts[inverse.ravel()], 8) - 1
+    zeros = (cost.neighbor_costs[:, 1:] == 0.0).sum(axis=1)
+    assert np.all(zeros >= copies)
+
+
+def test_auto_is_exact_below_the_threshold_and_faiss_above(monkeypatch):
+    rng = np.random.default_rng(4)
+    Z = _clustered(rng, 500, 4)
+    assert NeighborCost(Z, 5).method == "exact"
+    monkeypatch.setattr(transport, "APPROX_MIN_N", 100)
+    monkeypatch.setattr(transport, "_has_faiss", lambda: True)
+    monkeypatch.setitem(transport._NEIGHBOR_METHODS, "faiss-ivf", transport._exact_neighbors)  # no faiss needed
+    assert NeighborCost(Z, 5).method == "faiss-ivf"
+    monkeypatch.setattr(transport, "_has_faiss", lambda: False)
+    assert NeighborCost(Z, 5).method == "exact"  # the fallback without faiss
+
+
+@pytest.mark.parametrize("method", FAISS_METHODS + ["faiss"])
+def test_missing_faiss_is_a_clear_error(method, monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss -> ImportError
+    with pytest.raises(ValidationError, match=r"budro\[neighbors\]"):
+        NeighborCost(np.random.default_rng(5).normal(size=(50, 3)), 4, method=method)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"method": "annoy"}, "method must be one of: auto, exact"),
+    ({"n_jobs": 0}, "n_jobs must be"),
+    ({"n_jobs": 1.5}, "n_jobs must be"),
+    ({"n_jobs": True}, "n_jobs must be"),
+    ({"dedupe": "yes"}, "dedupe must be"),
+])
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValidationError, match=match):
+        NeighborCost(np.zeros((5, 2)), 2, **kwargs)
+
+
+def test_threads_come_from_available_cores(monkeypatch):
+    seen = []
+    monkeypatch.setitem(transport._NEIGHBOR_METHODS, "exact",
+                        lambda Z, m, threads: seen.append(threads) or transport._exact_neighbors(Z, m, threads))
+    monkeypatch.setenv("BUDRO_NUM_THREADS", "1")
+    Z = np.random.default_rng(6).normal(size=(40, 3))
+    NeighborCost(Z, 3, method="exact")
+    NeighborCost(Z, 3, method="exact", n_jobs=-1)
+    NeighborCost(Z, 3, method="exact", n_jobs=2)
+    assert seen == [1, 1, 2]
