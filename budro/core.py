@@ -136,6 +136,18 @@ class BuDRO:
         coordinates (default: ``X``), which must be finite; ``protected`` indexes its columns.
         :class:`budro.tables.TableEncoder` makes both matrices from a DataFrame.
         """
+        from budro._threads import limit_threads
+
+        # BLAS and OpenMP pools of budro's own work (fair metric, neighbour graph, solves) bounded
+        # to the cores this process may use (affinity mask, cgroup quota): budro/_threads.py.
+        with limit_threads():
+            return self._fit(X, y, protected=protected, n_classes=n_classes, random_state=random_state,
+                             metric_X=metric_X, categorical_features=categorical_features)
+
+    def _fit(self, X: np.ndarray, y: np.ndarray, *, protected: Sequence[int] = (), n_classes: int | None = None,
+             random_state: int | None = None, metric_X: np.ndarray | None = None,
+             categorical_features: Sequence[int] = ()) -> "BuDRO":
+        """The body of :meth:`fit` (inside its thread limits)."""
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y)
         if X.ndim != 2 or y.shape != (X.shape[0],):
@@ -245,7 +257,7 @@ class BuDRO:
                 f"{f'; largest remaining gap {max(gaps):.3g}' if gaps else ''}): see history_[t].converged and .gap; "
                 f"raise the solver's iteration limit",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,  # the caller of fit (this is _fit, inside fit)
             )
         return self
 

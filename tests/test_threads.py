@@ -164,3 +164,28 @@ def test_backends_default_to_available_cores_unless_given(backend, alias, monkey
     given.start(X, y, 2)
     assert _library_threads(given) == 2
     assert given.params.get(type(given).THREAD_PARAM) == 2
+
+
+def test_fit_bounds_blas_pools_to_available_cores(monkeypatch):
+    """Inside a fit (fair metric, neighbour graph, every solve) the BLAS/OpenMP pools are bounded
+    to available_cores(); outside they are as the user left them."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from budro import BuDROClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 3))
+    y = (X[:, 1] + 0.3 * rng.normal(size=80) > 0).astype(int)
+    seen = []
+
+    def record(info):
+        seen.append(max(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"))
+
+    monkeypatch.setenv(_threads.ENV_THREADS, "1")
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        clf = BuDROClassifier(protected=[0], fair_metric_params={"fit_linear_models": False}, n_steps=2,
+                              backend_params={"max_depth": 2, "nthread": 1}, n_neighbors=5, callbacks=[record],
+                              random_state=0)
+        clf.fit(X, y)
+        after = max(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas")
+    assert seen and all(n == 1 for n in seen)
+    assert after == 2
