@@ -1,19 +1,35 @@
 """End-to-end training benchmark: BuDRO versus plain boosting, per backend, on the paper's settings.
 
-    BUDRO_DATA_HOME=../shared/data python benchmarks/training.py                 # everything
+    BUDRO_DATA_HOME=../shared/data python benchmarks/training.py                 # everything (~20 min)
     python benchmarks/training.py --settings adult --backends xgboost --exactness 2
-    python benchmarks/training.py --settings none --scaling 10000,100000,1000000
+    python benchmarks/training.py --settings none --whole-fit none --scaling 10000,100000,1000000
+    python benchmarks/training.py --settings none --whole-fit adult              # the config as a user runs it
+    python benchmarks/training.py --settings none --whole-fit none --tree-cost adult
 
-For each setting and backend, one child process trains plain boosting (the library's own
-multi-round training, same parameters and number of trees) and then BuDRO, side by side, and
-reports: time per round of each and their ratio (the headline), BuDRO's per-round breakdown
-(losses = margins + per-label losses, transport solve, tree), the set-up time (fair metric and
-neighbour graph), and the peak resident memory of the process.  With ``--exactness K`` the full
-(dense) transport problem is solved exactly at K rounds of the sparse run and the objective the
-sparse adversary keeps is reported, so speed is never bought with a silent change of the problem.
+Three measurements, each case in its own child process:
 
-Writes a markdown report (default docs/performance.md) with the machine, versions and command.
-Not a test: numbers depend on the machine and its load.
+* paper settings (``--settings``): for each setting and backend, plain boosting (the library's own
+  multi-round training, same parameters and number of trees) and then BuDRO, side by side, with
+  the issue's round counts: time per round of each and their ratio (the headline), BuDRO's
+  per-round breakdown (losses = margins + per-label losses, transport solve, tree, the loop's
+  bookkeeping, and the work outside the loop: the booster's start with f_0, finish, input
+  checks), the first solve (it loads the compiled kernel), set-up time (fair metric and
+  neighbour graph), whole-fit times and peak resident memory.  With ``--exactness K`` the full
+  (dense) transport problem is solved exactly at K rounds of the sparse run and the objective
+  the sparse adversary keeps is reported, so speed is never bought with a silent change of the
+  problem;
+* whole fits (``--whole-fit``): ``experiments/<setting>.toml`` as ``budro experiment`` runs it
+  (its first split, its BuDRO method with every parameter of the config: its neighbours, rounds,
+  eps), against the plain baseline with the same booster parameters and trees
+  (``GBDTClassifier``), in one process: plain, BuDRO, plain again;
+* tree cost (``--tree-cost``): why a BuDRO tree costs more than a plain one: the library's own
+  round, a driven round with the empirical weights (the same tree), one with an adversary's
+  weights, and one after the caches were evicted (as the solve does), interleaved round by round,
+  with leaves per tree.
+
+The issue's targets are checked at the end (met / NOT met), and the thread counts budro chose
+are printed.  Writes a markdown report (default docs/performance.md) with the machine, versions
+and command.  Not a test: numbers depend on the machine and its load.
 """
 
 from __future__ import annotations
@@ -28,6 +44,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -91,6 +108,36 @@ def _synthetic(n: int, d: int = 20, seed: int = 0):
     return pd.DataFrame(X, columns=[f"f{i}" for i in range(d)]), y, ["f0"]
 
 
+def _thread_param(backend: str, backend_obj, given: dict) -> Any:
+    """The booster's thread count for this fit: the user's, else the one budro chooses."""
+    key = THREADS_KEY[backend]
+    if key in given:
+        return given[key]
+    with_threads = getattr(backend_obj, "_with_threads", None)
+    if callable(with_threads):
+        return with_threads({}).get(key, "library default")
+    return f"library default ({backend_obj.params.get(key, 'unset')})"
+
+
+def _thread_choice() -> dict:
+    """What budro sees of this machine's cores, and the environment that steers the thread pools."""
+    info: dict[str, Any] = {"os.cpu_count()": os.cpu_count()}
+    try:
+        from budro import _threads
+
+        info["budro available_cores()"] = _threads.available_cores()
+        info["budro default_threads()"] = _threads.default_threads()
+    except (ImportError, AttributeError):
+        info["budro available_cores()"] = "not in this budro"
+    for var in ("BUDRO_NUM_THREADS", "OMP_WAIT_POLICY", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "LOKY_MAX_CPU_COUNT"):
+        info[var] = os.environ.get(var, "unset")
+    return info
+
+
+def _with_thread_param(backend: str, params: dict, threads: int | None) -> dict:
+    return {**params, THREADS_KEY[backend]: threads} if threads is not None else dict(params)
+
+
 def run_case(case: dict) -> dict:
     """One setting x backend, in its own process (so peak memory is its own)."""
     from budro import BuDROClassifier
@@ -106,16 +153,17 @@ def run_case(case: dict) -> dict:
         rounds, eps, m, params, dropped = case["rounds"], 0.1, case["n_neighbors"], dict(SYNTHETIC_PARAMS[case["backend"]]), []
         estimator = dict(solver="dual", protected=protected)
     rounds = max(2, int(round(rounds * case["rounds_scale"])))
-    backend_params = {**params, THREADS_KEY[case["backend"]]: case["threads"]}
+    backend_params = _with_thread_param(case["backend"], params, case["threads"])
     Xa = np.asarray(X, dtype=np.float64)
-    out = {**{k: v for k, v in case.items() if k != "kind"}, "n": int(Xa.shape[0]), "d": int(Xa.shape[1]),
+    out = {**case, "n": int(Xa.shape[0]), "d": int(Xa.shape[1]),
            "rounds": rounds, "eps": eps, "n_neighbors": m, "backend_params": backend_params, "dropped": dropped,
-           "solver": estimator["solver"]}
+           "solver": estimator["solver"], "thread_choice": _thread_choice()}
     rss0 = _peak_rss_mib()
 
     import budro.registry as registry
 
     plain_backend = registry.create("backend", case["backend"], **backend_params)
+    out["booster_threads"] = _thread_param(case["backend"], plain_backend, backend_params)
     t0 = time.perf_counter()
     plain_backend.fit_native(Xa, y, 2, rounds, random_state=0)
     out["plain_s"] = time.perf_counter() - t0
@@ -125,30 +173,198 @@ def run_case(case: dict) -> dict:
     k = case["exactness_rounds"]
     keep_rounds = set(np.linspace(-1, rounds - 2, k + 1)[1:].round().astype(int).tolist()) if k else set()
     kept_problems = []
+    trainers = []
 
     def keep(info):
+        if not trainers:
+            trainers.append(info.trainer)  # for its time_start_ / time_rounds_
         if info.record.step in keep_rounds:
             kept_problems.append((info.record.step, info.problem.losses.copy(), info.result.objective))
 
     clf = BuDROClassifier(backend=case["backend"], backend_params=backend_params, eps=eps, n_steps=rounds - 1,
-                          random_state=0, n_neighbors=m, callbacks=[keep] if keep_rounds else None, **estimator)
+                          random_state=0, n_neighbors=m, callbacks=[keep], **estimator)
     t0 = time.perf_counter()
     clf.fit(X, y)
     out["budro_s"] = time.perf_counter() - t0
     out["budro_rss_mib"] = _peak_rss_mib()
     out["rss_before_mib"] = rss0
-    h = clf.history_
-    out["setup_s"] = clf.time_setup_
-    for phase in ("time_losses", "time_solve", "time_tree"):
-        out[phase + "_ms"] = 1000 * float(np.median([getattr(r, phase) for r in h]))
+    out.update(_breakdown(clf, trainers[0] if trainers else None, out["budro_s"], rounds))
     out["plain_round_ms"] = 1000 * out["plain_s"] / rounds
-    out["budro_round_ms"] = 1000 * (out["budro_s"] - out["setup_s"]) / rounds
     out["ratio"] = out["budro_round_ms"] / out["plain_round_ms"]
-    out["solver_iterations_median"] = float(np.median([r.solver_iterations for r in h]))
-
+    out["fit_ratio"] = out["budro_s"] / out["plain_s"]
     if kept_problems:
         out["exactness"] = _exactness(clf, Xa, y, eps, kept_problems)
     return out
+
+
+def _breakdown(clf, trainer, budro_s: float, rounds: int) -> dict:
+    """BuDRO's time per round (over its ``rounds`` trees, f_0 included, set-up excluded), split so
+    that the parts add up: mean losses, solve and tree per round, the loop's bookkeeping (checks,
+    records, callbacks), and the work outside the loop (the booster's start and f_0, finish, the
+    estimator's input checks) spread over the rounds.  Medians and the first solve besides."""
+    h = clf.history_
+    out = {"setup_s": clf.time_setup_, "budro_round_ms": 1000 * (budro_s - clf.time_setup_) / rounds,
+           "solver_iterations_median": float(np.median([r.solver_iterations for r in h])) if h else 0.0}
+    phases = 0.0
+    for phase in ("time_losses", "time_solve", "time_tree"):
+        values = [getattr(r, phase) for r in h]
+        out[phase + "_ms"] = 1000 * float(np.median(values)) if h else 0.0  # medians (earlier tables)
+        out[phase + "_mean_ms"] = 1000 * float(np.sum(values)) / rounds
+        phases += float(np.sum(values))
+    out["first_solve_ms"] = 1000 * h[0].time_solve if h else float("nan")
+    loop = getattr(trainer, "time_rounds_", None)
+    if loop is not None:
+        out["start_s"] = trainer.time_start_
+        out["bookkeeping_ms"] = 1000 * (loop - phases) / rounds
+        out["outside_loop_ms"] = 1000 * (budro_s - clf.time_setup_ - loop) / rounds
+    else:  # a budro without the loop's timers: everything besides the phases is "other"
+        out["bookkeeping_ms"] = float("nan")
+        out["outside_loop_ms"] = out["budro_round_ms"] - 1000 * phases / rounds
+    return out
+
+
+def run_whole_fit(case: dict) -> dict:
+    """``experiments/<setting>.toml`` as ``budro experiment`` runs it (first split, its BuDRO
+    method), against the plain baseline with the same booster and trees, in this one process."""
+    from budro.baselines import make_method
+    from budro.config import load_config
+
+    cfg = load_config(REPO / "experiments" / f"{case['setting']}.toml")
+    exp = cfg.experiment or {}
+    dataset = cfg.load_dataset()
+    train, _ = dataset.train_test_split(float(exp.get("test_size", 0.2)), random_state=int(exp.get("seed", 0)),
+                                        stratify=bool(exp.get("stratify", True)))
+    labels = [label for label in cfg.method_labels() if cfg.method_spec(label)[0] == "budro"]
+    if not labels:
+        return {**case, "error": f"experiments/{case['setting']}.toml has no budro method"}
+    _, spec = cfg.method_spec(labels[0])
+    backend_params = _with_thread_param(spec["backend"], spec["backend_params"] or {}, case["threads"])
+    trees = int(spec["n_steps"]) + 1
+    trainers = []
+    budro = cfg.make_method(labels[0], backend_params=backend_params,
+                            callbacks=[lambda info: trainers.append(info.trainer) if not trainers else None])
+
+    def plain():
+        return make_method("gbdt", backend=spec["backend"], backend_params=dict(backend_params), n_rounds=trees,
+                           random_state=spec.get("random_state"))
+
+    times = {}
+    for name, est in (("plain_1", plain()), ("budro", budro), ("plain_2", plain())):
+        t0 = time.perf_counter()
+        est.fit(train.X, train.y)
+        times[name] = time.perf_counter() - t0
+    import budro.registry as registry
+
+    plain_s = (times["plain_1"] + times["plain_2"]) / 2
+    out = {**case, "method": labels[0], "backend": spec["backend"], "n": int(len(train.y)), "trees": trees,
+           "eps": spec.get("eps"), "n_neighbors": spec.get("n_neighbors"), "solver": spec.get("solver"),
+           "backend_params": backend_params, "budro_s": times["budro"], "plain_1_s": times["plain_1"],
+           "plain_2_s": times["plain_2"], "plain_s": plain_s, "fit_ratio": times["budro"] / plain_s,
+           "booster_threads": _thread_param(spec["backend"], registry.create("backend", spec["backend"], **backend_params),
+                                            backend_params),
+           "thread_choice": _thread_choice(), "peak_rss_mib": _peak_rss_mib()}
+    out.update(_breakdown(budro, trainers[0] if trainers else None, times["budro"], trees))
+    out["plain_round_ms"] = 1000 * plain_s / trees
+    return out
+
+
+def run_tree_cost(case: dict) -> dict:
+    """Why a BuDRO tree costs more than a plain one, on one paper setting and backend: four
+    variants grown round by round, interleaved (so the machine's load falls on all alike):
+
+    * ``plain``: the library's own round on the labels (what ``fit_native`` repeats);
+    * ``empirical``: budro's driven round (``step``) with the empirical weights (the same trees:
+      the difference is the per-round API work: weights, labels, objective);
+    * ``adversary``: ``step`` with the weights of a real BuDRO run's rounds (their trees);
+    * ``adversary, caches evicted``: the same after reading 32 MB, as the transport solve does
+      between two trees.
+
+    One thread (CPU time of the calling thread) unless ``--threads`` says otherwise."""
+    import budro.registry as registry
+    from budro import BuDROClassifier
+
+    X, y, cfg, params, _ = _paper_setting(case["setting"], case["backend"])
+    threads = case["threads"] or 1
+    params = {**params, THREADS_KEY[case["backend"]]: threads}
+    Xa, y = np.asarray(X, dtype=np.float64), np.asarray(y)
+    n, R = len(y), case["rounds"]
+    estimator = dict(solver=cfg.solver, solver_params=dict(cfg.solver_params), fair_metric=cfg.fair_metric,
+                     fair_metric_params=dict(cfg.fair_metric_params), protected=list(cfg.protected) or None)
+    weights = []
+    BuDROClassifier(backend=case["backend"], backend_params=params, eps=cfg.eps, n_steps=R, random_state=0,
+                    n_neighbors=SETTINGS[case["setting"]]["n_neighbors"],
+                    callbacks=[lambda info: weights.append(np.array(info.result.weights))], **estimator).fit(X, y)
+    empirical = np.zeros((n, 2))
+    empirical[np.arange(n), y] = 1.0 / n
+    evict = np.random.default_rng(0).random(4_000_000)
+    clock = time.thread_time if threads == 1 else time.perf_counter
+
+    def driven():
+        b = registry.create("backend", case["backend"], **params)
+        b.start(Xa, y, 2, random_state=0)
+        return b
+
+    plain_round, plain_leaves = _native_rounds(case["backend"], driven(), Xa, y)
+    variants = {"plain": None, "empirical": driven(), "adversary": driven(), "adversary, caches evicted": driven()}
+    times = {k: [] for k in variants}
+    for r in range(R):
+        for name, b in variants.items():
+            if "evicted" in name:
+                evict.sum()
+            t0 = clock()
+            if b is None:
+                plain_round()
+            else:
+                b.step(empirical if name == "empirical" else weights[r % len(weights)])
+            times[name].append(clock() - t0)
+    rows = []
+    for name, b in variants.items():
+        leaves = plain_leaves() if b is None else _leaves(case["backend"], b.model)
+        ms = 1000 * float(np.median(times[name]))
+        rows.append({"variant": name, "ms": ms, "mean_ms": 1000 * float(np.mean(times[name])), "leaves": leaves,
+                     "us_per_leaf": 1000 * ms / leaves if leaves else float("nan")})
+    return {**case, "n": n, "threads": threads, "clock": clock.__name__, "rows": rows}
+
+
+def _leaves(backend: str, model) -> float:
+    """Mean leaves per tree after f_0."""
+    if backend == "xgboost":
+        return float(np.mean([t.count("leaf=") for t in model.get_dump()[1:]]))
+    if backend == "lightgbm":
+        return float(np.mean([t["num_leaves"] for t in model.dump_model()["tree_info"][1:]]))
+    return float("nan")
+
+
+def _native_rounds(backend: str, template, X, y):
+    """(one native round, mean leaves) of the library's own training on the labels, with the
+    backend's parameters and weight scale (the rounds ``fit_native`` runs)."""
+    from budro.backends.base import native_sample_weights
+
+    weight = native_sample_weights(None, len(y), template.weight_scale)
+    if backend == "xgboost":
+        from budro.backends import xgboost as bx
+
+        xgb = bx._xgb()
+        params = template._train_params(2, 0)
+        dtrain = bx._dmatrix(xgb, X, (), params, label=y, weight=weight)
+        booster = xgb.Booster(params, [dtrain])
+        booster.update(dtrain, 0)
+        state = {"i": 1}
+
+        def one():
+            booster.update(dtrain, state["i"])
+            state["i"] += 1
+
+        return one, lambda: _leaves(backend, booster)
+    if backend == "lightgbm":
+        from budro.backends import lightgbm as bl
+
+        lgb = bl._lgb()
+        params = template._train_params(2, 0, native=True)
+        booster = lgb.Booster(params=params, train_set=bl._dataset(lgb, X, (), params, label=y, weight=weight))
+        booster.update()
+        return booster.update, lambda: _leaves(backend, booster)
+    raise SystemExit(f"--tree-cost: backend {backend!r} is not supported (xgboost, lightgbm)")
 
 
 def _exactness(clf, X, y, eps, kept):
@@ -189,35 +405,60 @@ def _versions() -> dict:
     return out
 
 
-def _report(results: list[dict], command: str) -> str:
+def _header(command: str) -> list[str]:
     import numpy
 
-    lines = [f"Command: `{command}`", "",
-             f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before the run "
-             f"{os.getloadavg()[0]:.2f}", "",
-             "Versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()) + f" (numpy {numpy.__version__})", "",
-             "Plain boosting (the library's own multi-round training, same parameters and rounds) and BuDRO ran side "
-             "by side in one process per row; peak RSS is the process's high-water mark after BuDRO (which ran "
-             "second, so it includes the plain run's peak).", "",
-             "Columns: plain / BuDRO ms/round = training time / rounds (BuDRO's without the set-up); losses, solve, "
-             "tree = medians of BuDRO's per-round phases (margins and per-label losses; transport solve; one tree on "
-             "D0), other = BuDRO ms/round - (losses + solve + tree); set-up = fair metric and neighbour graph; "
-             "BuDRO total = the whole fit, set-up included.", "",
-             f"Solver kernel for sparse costs: {_kernel()}.", "",
-             "| setting | backend | n x d | rounds | eps | m | plain ms/round | BuDRO ms/round | ratio | losses ms | solve ms | tree ms | other ms | set-up s | BuDRO total s | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    return [f"Command: `{command}`", "",
+            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before the run "
+            f"{os.getloadavg()[0]:.2f}", "",
+            "Versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()) + f" (numpy {numpy.__version__})", "",
+            f"Solver kernel for sparse costs: {_kernel()}.", ""]
+
+
+def _threads_line(results: list[dict]) -> list[str]:
     for r in results:
+        if "thread_choice" in r:
+            choice = ", ".join(f"{k} = {v}" for k, v in r["thread_choice"].items())
+            return [f"Threads (in the child processes): {choice}.", ""]
+    return []
+
+
+def _fmt(value, spec: str = ".2f") -> str:
+    try:
+        return "n/a" if value is None or value != value else format(value, spec)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _report(results: list[dict], command: str) -> str:
+    lines = _header(command) + _threads_line(results) + [
+        "Plain boosting (the library's own multi-round training, same parameters and trees) and BuDRO ran side "
+        "by side in one process per row; peak RSS is the process's high-water mark after BuDRO (which ran "
+        "second, so it includes the plain run's peak).", "",
+        "Columns: plain / BuDRO ms/round = fit time / trees (BuDRO's without the set-up: fair metric, budget "
+        "check and neighbour graph).  BuDRO ms/round = losses + solve + tree + loop + outside, each per tree: "
+        "the means of the three phases (margins and per-label losses; transport solve, the first included; "
+        "one tree on D0), the loop's bookkeeping (checks, round records, callbacks), and the work outside the "
+        "loop (the booster's training structures and f_0, finish, input checks).  solve med. = median solve; "
+        "1st solve = the first round's (it loads the compiled kernel).  fit ratio = whole BuDRO fit (set-up "
+        "included) / plain fit.", "",
+        "| setting | backend | n x d | trees | eps | m | booster threads | plain ms/round | BuDRO ms/round | ratio | "
+        "losses | solve | tree | loop | outside | solve med. | 1st solve ms | set-up s | plain fit s | BuDRO fit s | "
+        "fit ratio | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        name = r.get("setting") or f"synthetic n={r.get('n')}"
         if "error" in r:
-            lines.append(f"| {r.get('setting') or r.get('n')} | {r['backend']} | error: {r['error']} |")
+            lines.append(f"| {name} | {r['backend']} | error: {r['error']} |")
             continue
-        name = r.get("setting") or f"synthetic n={r['n']}"
-        other = r["budro_round_ms"] - r["time_losses_ms"] - r["time_solve_ms"] - r["time_tree_ms"]
         lines.append(
             f"| {name} | {r['backend']} | {r['n']} x {r['d']} | {r['rounds']} | {r['eps']:g} | {r['n_neighbors'] or 'full'} | "
-            f"{r['plain_round_ms']:.2f} | {r['budro_round_ms']:.2f} | **{r['ratio']:.2f}** | {r['time_losses_ms']:.2f} | "
-            f"{r['time_solve_ms']:.2f} | {r['time_tree_ms']:.2f} | {other:.2f} | {r['setup_s']:.2f} | {r['budro_s']:.1f} | "
-            f"{r['budro_rss_mib']:.0f} |")
+            f"{r.get('booster_threads')} | {r['plain_round_ms']:.2f} | {r['budro_round_ms']:.2f} | **{r['ratio']:.2f}** | "
+            f"{r['time_losses_mean_ms']:.2f} | {r['time_solve_mean_ms']:.2f} | {r['time_tree_mean_ms']:.2f} | "
+            f"{_fmt(r['bookkeeping_ms'])} | {r['outside_loop_ms']:.2f} | {r['time_solve_ms']:.2f} | "
+            f"{r['first_solve_ms']:.0f} | {r['setup_s']:.2f} | {r['plain_s']:.2f} | {r['budro_s']:.2f} | "
+            f"{r['fit_ratio']:.1f} | {r['budro_rss_mib']:.0f} |")
     lines += ["", "Parameters (the BuDRO method of experiments/<setting>.toml, translated by name as `budro compare` "
               "does; LightGBM's num_leaves = 2^max_depth):", ""]
     for r in results:
@@ -225,16 +466,6 @@ def _report(results: list[dict], command: str) -> str:
             dropped = f" (dropped: {', '.join(r['dropped'])})" if r.get("dropped") else ""
             lines.append(f"- {r.get('setting') or 'synthetic n=%d' % r['n']} / {r['backend']}: "
                          f"`{json.dumps(r['backend_params'])}`{dropped}; solver {r['solver']}")
-    adult = [r for r in results if r.get("setting") == "adult" and "error" not in r]
-    if adult:
-        lines += ["", "Issue targets at Adult (200 rounds, the paper's configuration, 2 cores):", ""]
-        for r in adult:
-            full = r["rounds_scale"] == 1.0
-            lines.append(
-                f"- {r['backend']}: BuDRO / plain per round {r['ratio']:.2f} (target <= 3: "
-                f"{'met' if r['ratio'] <= 3 else 'NOT met'}); end to end {r['budro_s']:.1f} s "
-                f"(target <= 30 s: {'met' if r['budro_s'] <= 30 and full else ('NOT met' if full else 'not a full run')}); "
-                f"peak RSS {r['budro_rss_mib']:.0f} MiB (target <= 2048: {'met' if r['budro_rss_mib'] <= 2048 else 'NOT met'})")
     ex = [(r, e) for r in results for e in r.get("exactness", [])]
     if ex:
         lines += ["", "Exactness of the sparse adversary (full problem solved exactly by the dense dual in column blocks):", "",
@@ -245,6 +476,85 @@ def _report(results: list[dict], command: str) -> str:
                          f"{e['sparse_objective']:.6f} | {e['full_objective']:.6f} | {e['objective_kept']:.4%} | "
                          f"{e['adversary_gain_kept']:.2%} |")
     return "\n".join(lines) + "\n"
+
+
+def _whole_fit_report(results: list[dict], command: str) -> str:
+    lines = _header(command) + _threads_line(results) + [
+        "`experiments/<config>.toml` as `budro experiment` runs it: its first split (test_size, seed, "
+        "stratify of [experiment]), its BuDRO method with every parameter of the config (neighbours, "
+        "rounds, eps, booster), and the plain baseline with the same booster parameters and trees "
+        "(`GBDTClassifier`, weight scale included), in one process: plain, BuDRO, plain again; ratio = "
+        "BuDRO fit / mean of the two plain fits.  The BuDRO breakdown is per tree, as in the paper-settings "
+        "table.", "",
+        "| config | method | backend | n | trees | eps | m | booster threads | plain fit s (1st, 2nd) | BuDRO fit s | "
+        "ratio | set-up s | losses | solve | tree | loop | outside | 1st solve ms | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['setting']} | error: {r['error']} |")
+            continue
+        lines.append(
+            f"| {r['setting']} | {r['method']} | {r['backend']} | {r['n']} | {r['trees']} | {_fmt(r['eps'], 'g')} | "
+            f"{r['n_neighbors'] or 'full'} | {r['booster_threads']} | {r['plain_1_s']:.2f}, {r['plain_2_s']:.2f} | "
+            f"{r['budro_s']:.2f} | **{r['fit_ratio']:.1f}** | {r['setup_s']:.2f} | {r['time_losses_mean_ms']:.2f} | "
+            f"{r['time_solve_mean_ms']:.2f} | {r['time_tree_mean_ms']:.2f} | {_fmt(r['bookkeeping_ms'])} | "
+            f"{r['outside_loop_ms']:.2f} | {r['first_solve_ms']:.0f} | {r['peak_rss_mib']:.0f} |")
+    lines += ["", "Booster parameters:", ""]
+    for r in results:
+        if "error" not in r:
+            lines.append(f"- {r['setting']}: `{json.dumps(r['backend_params'])}`; solver {r['solver']}")
+    return "\n".join(lines) + "\n"
+
+
+def _tree_cost_report(results: list[dict], command: str) -> str:
+    lines = _header(command) + [
+        "Four ways of growing trees, round by round and interleaved (so the machine's load falls on all "
+        "alike): plain = the library's own round on the labels; empirical = budro's `step` with the empirical "
+        "weights (the same trees: what differs is the per-round API work); adversary = `step` with the weights "
+        "of a BuDRO run's rounds; evicted = the same after reading 32 MB, as the transport solve does between "
+        "two trees.  Median time per tree (clock: CPU time of the thread with one booster thread), mean "
+        "leaves per tree (after f_0).", "",
+        "| setting | backend | n | threads | variant | ms per tree | mean ms | leaves per tree | us per leaf |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['setting']} | {r['backend']} | error: {r['error']} |")
+            continue
+        for row in r["rows"]:
+            lines.append(f"| {r['setting']} | {r['backend']} | {r['n']} | {r['threads']} ({r['clock']}) | {row['variant']} | "
+                         f"{row['ms']:.2f} | {row['mean_ms']:.2f} | {row['leaves']:.0f} | {row['us_per_leaf']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+#: The issue's targets (issue 13): (what, which results, test, limit).
+def _targets(paper: list[dict], whole: list[dict]) -> list[str]:
+    lines = []
+
+    def verdict(ok: bool, full: bool = True) -> str:
+        return ("met" if ok else "NOT met") if full else ("met" if ok else "NOT met") + " (not a full run)"
+
+    for r in paper:
+        if r.get("setting") != "adult" or "error" in r:
+            continue
+        limit = {"xgboost": 3.0, "lightgbm": 1.5}.get(r["backend"])
+        full = r["rounds_scale"] == 1.0
+        if limit is not None:
+            lines.append(f"- Adult, {r['backend']}: BuDRO / plain time per round {r['ratio']:.2f} (target <= {limit:g}: "
+                         f"{verdict(r['ratio'] <= limit, full)})")
+        lines.append(f"- Adult, {r['backend']}: end to end {r['budro_s']:.1f} s (earlier target <= 30 s: "
+                     f"{verdict(r['budro_s'] <= 30, full)}); peak RSS {r['budro_rss_mib']:.0f} MiB (earlier target "
+                     f"<= 2048: {verdict(r['budro_rss_mib'] <= 2048, full)})")
+    for r in whole:
+        if "error" in r:
+            continue
+        if r["setting"] == "adult":
+            lines.append(f"- experiments/adult.toml whole fit: BuDRO {r['budro_s']:.1f} s = {r['fit_ratio']:.1f} x the plain "
+                         f"{r['backend']} fit with the same trees ({r['plain_s']:.2f} s) (target <= 4 x: "
+                         f"{verdict(r['fit_ratio'] <= 4)})")
+        elif r["setting"] in ("german", "compas"):
+            lines.append(f"- experiments/{r['setting']}.toml whole fit: BuDRO {r['budro_s']:.2f} s ({r['trees']} trees; plain "
+                         f"{r['plain_s']:.2f} s) (target <= 1 s: {verdict(r['budro_s'] <= 1.0)})")
+    return lines
 
 
 def _write(section: str, body: str, output: Path) -> None:
@@ -258,18 +568,42 @@ def _write(section: str, body: str, output: Path) -> None:
     output.write_text(text)
 
 
+def _run_child(case: dict) -> dict:
+    """Run one case in a fresh interpreter (its own peak memory; not a daemonic pool worker, where
+    scikit-learn's neighbour search would be limited to one job)."""
+    env = dict(os.environ)
+    if case.get("threads"):
+        # Every library in the child gets the same thread count: the booster (its parameter), the
+        # compiled solver kernel (numba), the neighbour search (joblib) and budro's own pools.
+        threads = str(case["threads"])
+        env.update(NUMBA_NUM_THREADS=threads, LOKY_MAX_CPU_COUNT=threads, BUDRO_NUM_THREADS=threads)
+    proc = subprocess.run([sys.executable, __file__, "_case", json.dumps(case)], capture_output=True, text=True, env=env)
+    if proc.returncode == 0:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    return {**case, "error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
+
+
+CASE_RUNNERS = {"paper": "run_case", "synthetic": "run_case", "whole": "run_whole_fit", "tree": "run_tree_cost"}
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_case":
-        print(json.dumps(run_case(json.loads(argv[1])), default=str))
+        case = json.loads(argv[1])
+        print(json.dumps(globals()[CASE_RUNNERS[case["kind"]]](case), default=str))
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--settings", default="german,compas,adult", help="comma list of german,compas,adult, or 'none'")
     ap.add_argument("--backends", default="xgboost,lightgbm", help="comma list of registered backends")
+    ap.add_argument("--whole-fit", default="german,compas,adult",
+                    help="configs experiments/<name>.toml fitted as a user runs them, BuDRO vs plain; 'none' to skip")
+    ap.add_argument("--tree-cost", default="", help="settings on which to compare plain and BuDRO trees (e.g. adult)")
+    ap.add_argument("--tree-rounds", type=int, default=40, help="rounds per variant of --tree-cost")
     ap.add_argument("--scaling", default="", help="synthetic sizes, e.g. 10000,100000,1000000 (100 rounds each, m=16)")
     ap.add_argument("--scaling-rounds", type=int, default=100)
     ap.add_argument("--rounds-scale", type=float, default=1.0, help="multiply every setting's rounds (quick runs)")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", default="auto",
+                    help="'auto' (budro chooses: budro._threads) or a count given to every library")
     ap.add_argument("--exactness", type=int, default=0,
                     help="rounds at which to solve the full problem (sparse settings, first backend only; "
                          "about 100 s per round at Adult)")
@@ -280,50 +614,68 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.neighbors != "config" and not (args.neighbors.isdigit() and int(args.neighbors) >= 1):
         ap.error(f"--neighbors must be an integer >= 1 or 'config', got {args.neighbors!r}")
+    if args.threads != "auto" and not (args.threads.isdigit() and int(args.threads) >= 1):
+        ap.error(f"--threads must be 'auto' or an integer >= 1, got {args.threads!r}")
+    threads = None if args.threads == "auto" else int(args.threads)
 
-    cases = []
-    settings = [] if args.settings == "none" else [s for s in args.settings.split(",") if s]
-    for s in settings:
-        if s not in SETTINGS:
-            ap.error(f"unknown setting {s!r}; choose from {', '.join(SETTINGS)}")
+    def names(value: str, known, option: str) -> list[str]:
+        out = [] if value in ("none", "") else [s for s in value.split(",") if s]
+        for s in out:
+            if s not in known:
+                ap.error(f"{option}: unknown setting {s!r}; choose from {', '.join(known)}")
+        return out
+
+    settings = names(args.settings, SETTINGS, "--settings")
+    whole = names(args.whole_fit, SETTINGS, "--whole-fit")
+    tree = names(args.tree_cost, SETTINGS, "--tree-cost")
     backends = [b for b in args.backends.split(",") if b]
+    cases = []
     for s in settings:
         for b in backends:
-            cases.append({"kind": "paper", "setting": s, "backend": b, "threads": args.threads,
+            cases.append({"kind": "paper", "setting": s, "backend": b, "threads": threads,
                           "rounds_scale": args.rounds_scale,
                           "n_neighbors": (args.neighbors if args.neighbors == "config" else int(args.neighbors))
                           if SETTINGS[s]["n_neighbors"] else None,
                           "exactness_rounds": args.exactness if SETTINGS[s]["n_neighbors"] and b == backends[0] else 0})
     for n in [int(float(v)) for v in args.scaling.split(",") if v]:
-        cases.append({"kind": "synthetic", "setting": None, "n": n, "backend": backends[0], "threads": args.threads,
+        cases.append({"kind": "synthetic", "setting": None, "n": n, "backend": backends[0], "threads": threads,
                       "rounds": args.scaling_rounds, "rounds_scale": 1.0, "n_neighbors": 16, "exactness_rounds": 0})
+    cases += [{"kind": "whole", "setting": s, "threads": threads} for s in whole]
+    cases += [{"kind": "tree", "setting": s, "backend": b, "threads": threads, "rounds": args.tree_rounds}
+              for s in tree for b in backends if b in ("xgboost", "lightgbm")]
+    if not cases:
+        ap.error("nothing to run: give --settings, --whole-fit, --tree-cost or --scaling")
 
     results = []
     for case in cases:
         label = case.get("setting") or f"synthetic n={case['n']}"
-        print(f"running {label} / {case['backend']} ...", file=sys.stderr, flush=True)
-        # A fresh interpreter per case (its own peak memory; not a daemonic pool worker, where
-        # scikit-learn's neighbour search would be limited to one job).
-        # Every library in the child gets the same thread count: the booster (its parameter), the
-        # compiled solver kernel (numba) and the neighbour search (joblib's n_jobs=-1).
-        env = {**os.environ, "NUMBA_NUM_THREADS": str(case["threads"]), "LOKY_MAX_CPU_COUNT": str(case["threads"])}
-        proc = subprocess.run([sys.executable, __file__, "_case", json.dumps(case)], capture_output=True, text=True,
-                              env=env)
-        if proc.returncode == 0:
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
-        else:  # report, keep going
-            r = {**case, "error": (proc.stderr.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
+        print(f"running {case['kind']} {label} / {case.get('backend', 'config')} ...", file=sys.stderr, flush=True)
+        r = _run_child(case)
         results.append(r)
-        print(json.dumps({k: v for k, v in r.items() if k != "exactness"}, default=str), file=sys.stderr, flush=True)
-    command = "python benchmarks/training.py " + " ".join(argv)
-    section = "Paper settings" if any(c["kind"] == "paper" for c in cases) else "Scaling (synthetic)"
-    if any(c["kind"] == "paper" for c in cases) and any(c["kind"] != "paper" for c in cases):
-        section = "Paper settings and scaling"
-    report = _report(results, command.strip())
-    _write(section, report, Path(args.output))
+        print(json.dumps({k: v for k, v in r.items() if k not in ("exactness", "rows", "thread_choice")}, default=str),
+              file=sys.stderr, flush=True)
+    command = ("python benchmarks/training.py " + " ".join(argv)).strip()
+    paper = [r for r in results if r["kind"] in ("paper", "synthetic")]
+    wholes = [r for r in results if r["kind"] == "whole"]
+    trees = [r for r in results if r["kind"] == "tree"]
+    sections = []
+    if paper:
+        kinds = {r["kind"] for r in paper}
+        name = {frozenset({"paper"}): "Paper settings", frozenset({"synthetic"}): "Scaling (synthetic)"}.get(
+            frozenset(kinds), "Paper settings and scaling")
+        sections.append((name, _report(paper, command)))
+    if wholes:
+        sections.append(("Whole fits (experiments)", _whole_fit_report(wholes, command)))
+    if trees:
+        sections.append(("Tree cost", _tree_cost_report(trees, command)))
+    targets = _targets([r for r in paper if r["kind"] == "paper"], wholes)
+    if targets:
+        sections.append(("Targets (issue 13)", "\n".join([f"Command: `{command}`", ""] + targets) + "\n"))
+    for name, body in sections:
+        _write(name, body, Path(args.output))
+        print(f"### {name}\n\n{body}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
-    print(report)
     return 0
 
 
