@@ -4,6 +4,7 @@
     BUDRO_DATA_HOME=../shared/data python benchmarks/solvers.py restriction    # ~3 min
     BUDRO_DATA_HOME=../shared/data python benchmarks/solvers.py sgd-gap        # ~3 min
     python benchmarks/solvers.py speed --quick                                  # smoke run
+    BUDRO_DATA_HOME=../shared/data python benchmarks/solvers.py rounds         # ~2 min
 
 Instances are the paper's three data sets at their training sizes (German n = 800, COMPAS
 n = 4222, Adult n = 36177; 80/20 split, standardised features), the sensitive-subspace fair
@@ -26,6 +27,14 @@ empirical loss) that the nearest-neighbour restriction keeps at m = 16, 32, 64, 
 
 ``sgd-gap``: the objective gap of ``dual-sgd`` (unpolished: the SGD plan itself) to the exact
 ``dual`` optimum, over seeds, budgets, cold and warm starts.
+
+``rounds``: ``dual`` on the losses of an actual BuDRO fit (the paper's configuration of
+experiments/<setting>.toml with XGBoost on one thread: German and COMPAS on the full problem,
+Adult with m = 32 neighbours), round after round, warm-started from the previous round's eta as
+in a fit; per round it times the solver as configured and, side by side in the same process,
+the reference path (German and COMPAS: the column-block cutting plane, i.e. no complete lists
+and no collapsing; Adult: the numpy kernel), and reports the largest relative difference of
+objective, eta and weights between the two.
 
 Writes markdown to docs/solvers-benchmark.md (sections replaced in place).  Not a test: numbers
 depend on the machine and its load (this project's machines are 2 shared cores).
@@ -336,6 +345,99 @@ def sgd_gap(args) -> str:
     )
 
 
+# ---------------------------------------------------------------------------- rounds of a fit
+
+ROUNDS = {"german": 60, "compas": 30, "adult": 40}
+
+
+def _fit_rounds(setting: str, rounds: int) -> dict:
+    """Losses of every round of a BuDRO fit in the paper's configuration (cached on disk)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    path = CACHE / f"rounds-{setting}-{rounds}.npz"
+    if path.exists():
+        f = np.load(path, allow_pickle=False)
+        return {k: f[k] for k in f.files}
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import training
+
+    from budro import BuDROClassifier
+
+    X, y, cfg, params, _ = training._paper_setting(setting, "xgboost")
+    params["nthread"] = 1
+    m = training.SETTINGS[setting]["n_neighbors"]
+    seen: dict = {"losses": []}
+
+    def keep(info):
+        seen["losses"].append(info.problem.losses.copy())
+        seen["cost"], seen["labels"] = info.problem.cost, info.problem.labels
+
+    BuDROClassifier(backend="xgboost", backend_params=params, eps=cfg.eps, n_steps=rounds, random_state=0,
+                    n_neighbors=m, callbacks=[keep], solver=cfg.solver, solver_params=dict(cfg.solver_params),
+                    fair_metric=cfg.fair_metric, fair_metric_params=dict(cfg.fair_metric_params),
+                    protected=list(cfg.protected) or None).fit(X, y)
+    cost = seen["cost"]
+    out = {"losses": np.array(seen["losses"]), "labels": seen["labels"], "eps": np.array(cfg.eps)}
+    out.update({"Z": cost.Z} if m is None else {"nb": cost.neighbors, "nc": cost.neighbor_costs})
+    np.savez(path, **out)
+    return out
+
+
+def rounds_report(args) -> str:
+    from budro.solvers import _dual_lists
+    from budro.solvers.dual import DualSolver
+    from budro.transport import EmbeddingCost, NeighborCost, TransportProblem
+
+    lines = [
+        "| data (n) | cost | rounds | dual ms/round | reference | reference ms/round | speed-up | max rel. diff objective / eta / weights | solve |",
+        "| --- | --- | ---: | ---: | --- | ---: | ---: | --- | --- |",
+    ]
+    load = os.getloadavg()[0]
+    for setting in args.settings:
+        f = _fit_rounds(setting, ROUNDS[setting])
+        L, y, eps = f["losses"], f["labels"], float(f["eps"])
+        dense = "Z" in f
+        if dense:
+            cost, kind = EmbeddingCost(f["Z"]), "full problem"
+            new, ref, ref_name = DualSolver(), DualSolver(), "column blocks"
+        else:
+            cost, kind = NeighborCost.from_lists(f["nb"], f["nc"]), f"m = {f['nb'].shape[1]}"
+            new, ref, ref_name = DualSolver(), DualSolver(kernel="numpy"), "numpy kernel"
+        t_new, t_ref, diff = [], [], np.zeros(3)
+        e_new = e_ref = None
+        for t in range(L.shape[0]):
+            problem = TransportProblem(L[t], y, cost, eps)
+            t0 = time.perf_counter()
+            a = new.solve(problem, eta0=e_new)
+            t1 = time.perf_counter()
+            saved = _dual_lists._MAX_PAIRS
+            _dual_lists._MAX_PAIRS = 0 if dense else saved  # the reference: no complete lists
+            try:
+                t2 = time.perf_counter()
+                b = ref.solve(problem, eta0=e_ref)
+                t3 = time.perf_counter()
+            finally:
+                _dual_lists._MAX_PAIRS = saved
+            e_new, e_ref = a.eta, b.eta
+            if t >= 2:  # the first rounds build the caches (lists, kernel compilation)
+                t_new.append(t1 - t0)
+                t_ref.append(t3 - t2)
+            diff = np.maximum(diff, [abs(a.objective - b.objective) / abs(b.objective),
+                                     abs(a.eta - b.eta) / max(abs(b.eta), 1e-300),
+                                     float(np.abs(a.weights - b.weights).max() / np.abs(b.weights).max())])
+            assert a.transport_cost <= eps * (1 + 1e-9) + 1e-12
+        red = a.info.get("reduced")
+        how = (f"{red[0]} distinct rows x {red[1]} distinct columns" if red else "neighbour lists") + \
+            f", {a.n_iter} evaluation(s), {a.info['candidate_pairs']} candidate pairs"
+        mn, mr = 1e3 * float(np.median(t_new)), 1e3 * float(np.median(t_ref))
+        lines.append(f"| {setting} ({L.shape[1]}) | {kind} | {L.shape[0]} | {mn:.2f} | {ref_name} | {mr:.2f} | "
+                     f"{mr / mn:.1f}x | {diff[0]:.0e} / {diff[1]:.0e} / {diff[2]:.0e} | {how} |")
+        print(lines[-1], flush=True)
+    return ("\n".join(lines) + "\n\nMedians over the rounds after the first two; both solvers see the same "
+            "problems in the same process, alternately.  Losses: a BuDRO fit with the paper's configuration "
+            "(experiments/<setting>.toml, XGBoost, one thread), cached in $BUDRO_BENCH_CACHE.  Load average "
+            f"(other work on the machine) at the start: {load:.1f}, at the end: {os.getloadavg()[0]:.1f}.")
+
+
 # ---------------------------------------------------------------------------- report
 
 
@@ -366,7 +468,9 @@ def main(argv=None) -> int:
         print(json.dumps(run_case(json.loads(argv[1]))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["speed", "restriction", "sgd-gap", "all"])
+    ap.add_argument("what", choices=["speed", "restriction", "sgd-gap", "rounds", "all"])
+    ap.add_argument("--settings", type=lambda v: v.split(","), default=["german", "compas", "adult"],
+                    help="rounds: comma list of german, compas, adult")
     ap.add_argument("--quick", action="store_true", help="speed: German and Adult m=32 only, short timings")
     ap.add_argument("--solvers", type=lambda v: v.split(","), default=None,
                     help="speed: comma list of registered solvers (default: all registered)")
@@ -378,12 +482,13 @@ def main(argv=None) -> int:
     ap.add_argument("--output", default=str(REPO / "docs" / "solvers-benchmark.md"))
     args = ap.parse_args(argv)
     command = "python benchmarks/solvers.py " + " ".join(argv)
-    todo = ["speed", "restriction", "sgd-gap"] if args.what == "all" else [args.what]
+    todo = ["speed", "restriction", "sgd-gap", "rounds"] if args.what == "all" else [args.what]
     titles = {"speed": "Time and memory per solve",
               "restriction": f"Sparse restriction quality (Adult, n = {args.n})",
-              "sgd-gap": "dual-sgd gap to the exact dual"}
+              "sgd-gap": "dual-sgd gap to the exact dual",
+              "rounds": "Rounds of a BuDRO fit"}
     for what in todo:
-        body = {"speed": speed, "restriction": restriction, "sgd-gap": sgd_gap}[what](args)
+        body = {"speed": speed, "restriction": restriction, "sgd-gap": sgd_gap, "rounds": rounds_report}[what](args)
         _write(titles[what], body, command, Path(args.output))
     return 0
 
