@@ -206,7 +206,7 @@ class BuDRO:
         unconverged: list[RoundRecord] = []
         # Per-fit constants of the round loop (a BuDRO round on German costs well under a
         # millisecond outside the solve, so nothing is recomputed per round that need not be).
-        rows = np.arange(len(y))
+        label_entries: np.ndarray | None = None  # flat indices of losses[i, y_i] (take: 5x a fancy index)
         for t in range(self.n_steps):
             t0 = time.perf_counter()
             losses = self.backend.losses()
@@ -216,6 +216,8 @@ class BuDRO:
             except NumericalError:
                 _check_losses(losses, t)  # the same finding, naming the round
                 raise
+            if label_entries is None:
+                label_entries = np.arange(len(y)) * problem.losses.shape[1] + problem.labels
             if unconverged:  # the first round's warning stands for all; a summary follows the fit
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)
@@ -229,7 +231,7 @@ class BuDRO:
             record = RoundRecord(
                 step=t,
                 robust_loss=float(result.objective),
-                plain_loss=float(problem.losses[rows, problem.labels].mean()),
+                plain_loss=float(problem.losses.take(label_entries).mean()),
                 eta=float(result.eta),
                 transport_cost=float(result.transport_cost),
                 solver_iterations=int(result.n_iter),
