@@ -373,7 +373,7 @@ def _exactness(clf, X, y, eps, kept):
     from budro.registry import create
 
     cost = clf.fair_metric_.cost(X, cache_bytes=0)
-    solver = create("solver", "dual")
+    solver = create("solver", "dual", max_dense_n=None)  # the full problem on purpose, in column blocks
     rows = []
     for step, losses, sparse_obj in kept:
         t0 = time.perf_counter()
