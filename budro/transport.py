@@ -239,15 +239,20 @@ class NeighborCost(Cost):
     m : int
         List length, the point itself included (at most n).
     method : str, default "auto"
-        ``"exact"``: scikit-learn's brute force up to :data:`EXACT_BRUTE_MAX_N` points, above that
-        scipy's k-d tree (``cKDTree``) on the principal axes of ``Z`` (an exact rotation: k-d tree
-        cells follow the directions the data spread along).  ``"faiss-ivf"``: faiss's inverted-file
-        index (k-means cells, the nearest :data:`IVF_NPROBE` cells searched), approximate;
-        ``"faiss-hnsw"``: faiss's HNSW graph, approximate, built on one thread (a graph built on
-        several depends on their timing).  ``"auto"``: ``"exact"`` up to :data:`APPROX_MIN_N`
-        points or when faiss is not installed (``pip install budro[neighbors]``), else
-        ``"faiss-ivf"``.  ``"sklearn"``: scikit-learn's ``NearestNeighbors`` (brute force up to
-        50 000 points, its k-d tree above); ``"faiss"``: faiss's exact flat index in float32.
+        ``"exact"``: scikit-learn's brute force up to :data:`EXACT_BRUTE_MAX_N` points; above,
+        scipy's k-d tree (``cKDTree``) on the principal axes of ``Z`` (an exact rotation: the
+        tree's cells follow the directions the data spread along), queried in the tree's order,
+        unless the data's dimension at the neighbours' scale (Levina and Bickel's estimate on
+        :data:`DIMENSION_SAMPLE` seeded points) exceeds :data:`KD_TREE_MAX_DIM`, where brute force
+        is used.  ``"faiss-ivf"``: faiss's inverted-file index (k-means cells of about
+        :data:`IVF_POINTS_PER_CELL` points, the :data:`IVF_NPROBE` nearest cells searched),
+        approximate.  ``"faiss-hnsw"``: faiss's HNSW graph, approximate, built on one thread (a
+        graph built on several depends on their timing), slow to build.  ``"auto"``: as
+        ``"exact"``, except that above :data:`APPROX_MIN_N` points whose dimension exceeds
+        :data:`APPROX_MIN_DIM` (where the k-d tree slows down) it uses ``"faiss-ivf"`` when faiss
+        is installed (``pip install budro[neighbors]``).  ``"sklearn"``: scikit-learn's
+        ``NearestNeighbors`` (brute force up to 50 000 points, its k-d tree above); ``"faiss"``:
+        faiss's exact flat index in float32.
     n_jobs : int, optional
         Threads of the search; None or -1: :func:`budro._threads.available_cores`.
     dedupe : bool or "auto", default "auto"
@@ -286,8 +291,6 @@ class NeighborCost(Cost):
         if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer))
                                    or (n_jobs < 1 and n_jobs != -1)):
             raise ValidationError(f"NeighborCost: n_jobs must be a positive integer, -1 or None, got {n_jobs!r}")
-        if method == "auto":
-            method = "exact" if n <= APPROX_MIN_N or not _has_faiss() else "faiss-ivf"
         m = int(min(m, n))
         self.n = n
         self.m = m
@@ -302,12 +305,12 @@ class NeighborCost(Cost):
         with limit_threads(threads):
             if groups is None:
                 self.n_distinct = n
-                idx = _NEIGHBOR_METHODS[method](self.Z, m, threads)
+                idx, self.method = _search(method, self.Z, m, threads)
             else:
                 first, inverse, counts = groups
                 self.n_distinct = len(first)
                 k = min(m, len(first))
-                idx_distinct = _NEIGHBOR_METHODS[method](self.Z[first], k, threads)
+                idx_distinct, self.method = _search(method, self.Z[first], k, threads)
                 idx = _expand_copies(idx_distinct, inverse, counts, m)[inverse]
         self._finish(idx)
 
@@ -379,10 +382,20 @@ class NeighborCost(Cost):
 #: work; a k-d tree is used instead (fast where the data have a low intrinsic dimension, as
 #: tabular data usually do).
 _BRUTE_FORCE_MAX_N = 50_000
-#: ``method="exact"`` uses brute force up to this many points, scipy's k-d tree above.
-EXACT_BRUTE_MAX_N = 50_000
-#: ``method="auto"`` searches exactly up to this many points, approximately (faiss) above.
-APPROX_MIN_N = 200_000
+#: ``method="exact"`` uses brute force up to this many points, scipy's k-d tree above (where the
+#: data's dimension allows: :data:`KD_TREE_MAX_DIM`).
+EXACT_BRUTE_MAX_N = 10_000
+#: ``method="auto"`` uses faiss's IVF index (when installed) above this many points, when the
+#: data's dimension at the neighbours' scale exceeds :data:`APPROX_MIN_DIM` (measured: at 2 x 10^5
+#: points of dimension 7.9 the k-d tree took 19.8 s, IVF 4.6 s; at 10^6 points of dimension 5.4,
+#: 14.9 s against 27.1 s; docs/neighbors-benchmark.md).
+APPROX_MIN_N = 50_000
+APPROX_MIN_DIM = 6.5
+#: Above this estimated dimension of the data at the scale of the neighbours (Levina-Bickel, on
+#: :data:`DIMENSION_SAMPLE` points) the k-d tree is little faster than brute force: ``"exact"``
+#: uses brute force, ``"auto"`` faiss's IVF index when installed.
+KD_TREE_MAX_DIM = 12.0
+DIMENSION_SAMPLE = 256
 #: ``dedupe="auto"`` searches the distinct points only when they are at most this share of the rows.
 DEDUPE_MAX_SHARE = 0.9
 #: faiss IVF: about ``IVF_POINTS_PER_CELL`` points per k-means cell, the ``IVF_NPROBE`` nearest cells searched.
@@ -402,24 +415,74 @@ def _sklearn_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
     return nn.kneighbors(Z, return_distance=False)
 
 
+class _AxesTree:
+    """scipy's k-d tree on the principal axes of Z: a rotation (distances unchanged up to
+    rounding) after which the tree's cells follow the directions the data spread along."""
+
+    def __init__(self, Z: np.ndarray):
+        from scipy.spatial import cKDTree
+
+        n = Z.shape[0]
+        centred = Z - Z.mean(axis=0)
+        _, _, vt = np.linalg.svd(centred[:: max(1, n // 100_000)], full_matrices=False)
+        self.rotated = centred @ vt.T
+        self.tree = cKDTree(self.rotated, balanced_tree=False)
+
+    def intrinsic_dimension(self, m: int) -> float:
+        """Levina and Bickel's maximum-likelihood estimate of the data's dimension at the scale of
+        the m nearest neighbours, from :data:`DIMENSION_SAMPLE` seeded points (deterministic).
+        A k-d tree is fast when it is low, close to brute force when it is high."""
+        n = self.rotated.shape[0]
+        k = int(min(max(m, 10), n))
+        rows = np.sort(np.random.default_rng(_SEED).choice(n, size=min(n, DIMENSION_SAMPLE), replace=False))
+        dist, _ = self.tree.query(self.rotated[rows], k=k)
+        inverse = []
+        for d in np.asarray(dist).reshape(len(rows), k):
+            d = d[d > 0]  # the point itself and its copies
+            if len(d) >= 3 and d[-1] > d[0]:
+                inverse.append(np.mean(np.log(d[-1] / d[:-1])))
+        if not inverse:
+            return 0.0
+        return float(1.0 / max(np.mean(inverse), 1e-12))
+
+    def query(self, m: int, threads: int) -> np.ndarray:
+        n = self.rotated.shape[0]
+        # Queries in the tree's own order (neighbouring queries visit the same nodes: 2.2x faster
+        # at 10^5 points than in row order, same lists), then back in row order.
+        order = self.tree.indices
+        _, idx = self.tree.query(self.rotated[order], k=m, workers=threads)
+        out = np.empty((n, m), dtype=np.intp)
+        out[order] = np.asarray(idx, dtype=np.intp).reshape(n, m)
+        return out
+
+
+def _brute_force_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
+    from sklearn.neighbors import NearestNeighbors
+
+    nn = NearestNeighbors(n_neighbors=m, algorithm="brute", n_jobs=threads).fit(Z)
+    return nn.kneighbors(Z, return_distance=False)
+
+
 def _exact_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
-    """Exact m nearest neighbours: brute force (scikit-learn) for small n, else scipy's k-d tree
-    on the principal axes of Z (a rotation: distances unchanged up to rounding)."""
+    """Exact m nearest neighbours: brute force up to EXACT_BRUTE_MAX_N points or when the data's
+    dimension at the neighbours' scale exceeds KD_TREE_MAX_DIM, else the k-d tree on principal axes."""
+    return _auto_neighbors(Z, m, threads, approximate=False)[0]
+
+
+def _auto_neighbors(Z: np.ndarray, m: int, threads: int, *, approximate: bool = True) -> tuple[np.ndarray, str]:
+    """``method="auto"`` (``approximate=False``: ``"exact"``): (lists, the method used)."""
     n = Z.shape[0]
     if n <= EXACT_BRUTE_MAX_N:
-        from sklearn.neighbors import NearestNeighbors
-
-        nn = NearestNeighbors(n_neighbors=m, algorithm="brute", n_jobs=threads).fit(Z)
-        return nn.kneighbors(Z, return_distance=False)
-    from scipy.spatial import cKDTree
-
-    centred = Z - Z.mean(axis=0)
-    sample = centred[:: max(1, n // 100_000)]
-    _, _, vt = np.linalg.svd(sample, full_matrices=False)
-    rotated = centred @ vt.T
-    del centred
-    _, idx = cKDTree(rotated, balanced_tree=False).query(rotated, k=m, workers=threads)
-    return np.asarray(idx, dtype=np.intp).reshape(n, m)
+        return _brute_force_neighbors(Z, m, threads), "exact"
+    tree = _AxesTree(Z)
+    dimension = tree.intrinsic_dimension(m)
+    if approximate and n > APPROX_MIN_N and dimension > APPROX_MIN_DIM and _has_faiss():
+        del tree
+        return _faiss_ivf_neighbors(Z, m, threads), "faiss-ivf"
+    if dimension <= KD_TREE_MAX_DIM:
+        return tree.query(m, threads), "exact"
+    del tree
+    return _brute_force_neighbors(Z, m, threads), "exact"
 
 
 def _faiss_module():
@@ -453,13 +516,14 @@ class _FaissThreads:
         self.faiss.omp_set_num_threads(self.before)
 
 
-def _faiss_search(index, Zf: np.ndarray, m: int) -> np.ndarray:
+def _faiss_search(index, Zf: np.ndarray, m: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """Search the rows ``rows`` of the index (default: all, in order), whose vectors are ``Zf``."""
     _, idx = index.search(Zf, m)
     idx = idx.astype(np.intp)
     missing = idx < 0  # fewer than m results (a tiny cell set): fill with the point itself
     if missing.any():
-        rows = np.nonzero(missing)[0]
-        idx[missing] = rows
+        own = np.arange(len(idx)) if rows is None else rows
+        idx[missing] = np.broadcast_to(own[:, None], idx.shape)[missing]
     return idx
 
 
@@ -488,7 +552,14 @@ def _faiss_ivf_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
         index.train(Zf)
         index.add(Zf)
         index.nprobe = min(nlist, IVF_NPROBE)
-        return _faiss_search(index, Zf, m)
+        # Queries cell by cell (consecutive queries probe the same cells, which stay in cache),
+        # then back in row order.
+        lists = index.invlists
+        order = np.concatenate([faiss.rev_swig_ptr(lists.get_ids(c), lists.list_size(c)).copy()
+                                for c in range(nlist) if lists.list_size(c)]).astype(np.intp)
+        out = np.empty((n, m), dtype=np.intp)
+        out[order] = _faiss_search(index, Zf[order], m, rows=order)
+        return out
 
 
 def _faiss_hnsw_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
@@ -503,6 +574,12 @@ def _faiss_hnsw_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
     index.hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * m)
     with _FaissThreads(faiss, threads):
         return _faiss_search(index, Zf, m)
+
+
+def _search(method: str, Z: np.ndarray, m: int, threads: int) -> tuple[np.ndarray, str]:
+    if method == "auto":
+        return _auto_neighbors(Z, m, threads)
+    return _NEIGHBOR_METHODS[method](Z, m, threads), method
 
 
 _NEIGHBOR_METHODS = {

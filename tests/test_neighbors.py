@@ -129,16 +129,41 @@ def test_faiss_with_copies(method):
     assert np.all(zeros >= copies)
 
 
-def test_auto_is_exact_below_the_threshold_and_faiss_above(monkeypatch):
+def test_intrinsic_dimension_estimate():
     rng = np.random.default_rng(4)
-    Z = _clustered(rng, 500, 4)
-    assert NeighborCost(Z, 5).method == "exact"
-    monkeypatch.setattr(transport, "APPROX_MIN_N", 100)
+    flat = rng.normal(size=(4000, 3)) @ rng.normal(size=(3, 12))  # a 3-D subspace of 12-D space
+    full = rng.normal(size=(4000, 12))
+    assert 2.0 <= transport._AxesTree(flat).intrinsic_dimension(16) <= 4.0
+    assert 8.0 <= transport._AxesTree(full).intrinsic_dimension(16) <= 14.0
+    copies = np.repeat(flat[:100], 40, axis=0)  # zero distances are left out, not log(0)
+    assert np.isfinite(transport._AxesTree(copies).intrinsic_dimension(16))
+
+
+def test_auto_picks_by_size_and_dimension(monkeypatch):
+    """"auto": brute force for small n; the k-d tree where the data's dimension is low; faiss IVF
+    above APPROX_MIN_N points of higher dimension when faiss is installed, else exact."""
+    rng = np.random.default_rng(5)
+    low = rng.normal(size=(600, 2)) @ rng.normal(size=(2, 6))
+    high = rng.normal(size=(600, 10))
+    used = []
+    monkeypatch.setattr(transport, "_brute_force_neighbors",
+                        lambda Z, m, t, real=transport._brute_force_neighbors: used.append("brute") or real(Z, m, t))
+    monkeypatch.setattr(transport, "_faiss_ivf_neighbors",
+                        lambda Z, m, t: used.append("ivf") or transport._exact_neighbors(Z, m, t))
     monkeypatch.setattr(transport, "_has_faiss", lambda: True)
-    monkeypatch.setitem(transport._NEIGHBOR_METHODS, "faiss-ivf", transport._exact_neighbors)  # no faiss needed
-    assert NeighborCost(Z, 5).method == "faiss-ivf"
+    assert NeighborCost(low, 5).method == "exact" and used == ["brute"]  # 600 <= EXACT_BRUTE_MAX_N
+    monkeypatch.setattr(transport, "EXACT_BRUTE_MAX_N", 100)
+    monkeypatch.setattr(transport, "APPROX_MIN_N", 200)
+    used.clear()
+    assert NeighborCost(low, 5).method == "exact" and used == []  # the k-d tree
+    assert NeighborCost(high, 5).method == "faiss-ivf" and used[0] == "ivf"
+    assert NeighborCost(high, 5, method="exact").method == "exact"
     monkeypatch.setattr(transport, "_has_faiss", lambda: False)
-    assert NeighborCost(Z, 5).method == "exact"  # the fallback without faiss
+    assert NeighborCost(high, 5).method == "exact"  # the fallback without faiss
+    monkeypatch.setattr(transport, "KD_TREE_MAX_DIM", 3.0)
+    used.clear()
+    NeighborCost(high, 5, method="exact")
+    assert used == ["brute"]  # too high a dimension for the k-d tree
 
 
 @pytest.mark.parametrize("method", FAISS_METHODS + ["faiss"])
