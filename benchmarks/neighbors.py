@@ -53,21 +53,30 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _data(n: int, cache: Path):
-    """(Z, X, y) of n synthetic rows; Z is the fitted fair metric's embedding (cached on disk)."""
-    from training import _synthetic
+def _synthetic(n: int, factors: int, d: int = 20, seed: int = 0):
+    """benchmarks/training.py's synthetic rows with ``factors`` latent factors (5: the same rows)."""
+    rng = np.random.default_rng(seed)
+    F = rng.normal(size=(n, factors))
+    X = F @ (rng.normal(size=(factors, d)) / np.sqrt(factors)) + 0.02 * rng.normal(size=(n, d))
+    X[:, 0] = rng.integers(0, 2, n)  # a binary protected attribute
+    X[:, 1] += 0.8 * X[:, 0]  # a proxy for it
+    logits = X[:, 1:6] @ np.array([1.0, -0.7, 0.5, 0.3, -0.2]) + 0.5 * X[:, 0]
+    y = (rng.random(n) < 1 / (1 + np.exp(-logits))).astype(int)
+    return X, y
 
-    X, y, protected = _synthetic(n)
-    X = np.asarray(X, dtype=np.float64)
-    path = cache / f"Z{n}.npy"
+
+def _data(n: int, factors: int, cache: Path):
+    """(Z, X, y) of n synthetic rows; Z is the fitted fair metric's embedding (cached on disk)."""
+    X, y = _synthetic(n, factors)
+    path = cache / f"Z{n}_{factors}.npy"
     if path.exists():
-        return np.load(path), X, np.asarray(y)
+        return np.load(path), X, y
     import budro.registry as registry
 
-    metric = registry.create("fair_metric", "sensitive-subspace").fit(X, [0], y=np.asarray(y))
+    metric = registry.create("fair_metric", "sensitive-subspace").fit(X, [0], y=y)
     Z = metric.embed(X)
     np.save(path, Z)
-    return Z, X, np.asarray(y)
+    return Z, X, y
 
 
 def _child(spec: dict) -> dict:
@@ -81,7 +90,7 @@ def _child(spec: dict) -> dict:
     np.save(spec["out"], cost.neighbors)
     np.save(spec["out_costs"], cost.neighbor_costs)
     return {"seconds": seconds, "rss_above_mib": _peak_rss_mib() - rss0, "n_distinct": cost.n_distinct,
-            "method": cost.method}
+            "used": cost.method}
 
 
 def _run_child(spec: dict) -> dict:
@@ -121,14 +130,16 @@ def _losses(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100000,1000000")
-    ap.add_argument("--methods", default="exact,faiss-ivf,faiss-hnsw",
+    ap.add_argument("--factors", type=int, default=5,
+                    help="latent factors of the synthetic rows (5: benchmarks/training.py's data; more: a higher dimension)")
+    ap.add_argument("--methods", default="exact,faiss-ivf,auto",
                     help="NeighborCost methods; the first must be exact (the reference)")
-    ap.add_argument("--extra", default="100000:sklearn", help="size:method pairs run in addition, e.g. 100000:sklearn")
+    ap.add_argument("--extra", default="100000:sklearn,100000:faiss-hnsw", help="size:method pairs run in addition, e.g. 100000:sklearn")
     ap.add_argument("--m", type=int, default=16)
     ap.add_argument("--eps", type=float, default=0.1)
     ap.add_argument("--queries", type=int, default=2000, help="random points whose exact neighbours are computed")
     ap.add_argument("--threads", type=int, default=None, help="search threads (default: budro's available_cores)")
-    ap.add_argument("--determinism-max-n", type=int, default=100_000,
+    ap.add_argument("--determinism-max-n", type=int, default=200_000,
                     help="rebuild approximate lists on one thread and compare, up to this n")
     ap.add_argument("--output", default="")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -147,17 +158,21 @@ def main(argv=None) -> int:
     methods = args.methods.split(",")
     extra = [tuple(e.split(":")) for e in args.extra.split(",") if e]
     rows = []
+    dims = {}
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         for n in [int(s) for s in args.sizes.split(",")]:
-            Z, X, y = _data(n, tmp)
+            Z, X, y = _data(n, args.factors, tmp)
             losses = _losses(X, y)
             del X
+            from budro.transport import _AxesTree
+
+            dims[n] = _AxesTree(Z).intrinsic_dimension(args.m)
             queries = np.sort(np.random.default_rng(0).choice(n, min(args.queries, n), replace=False))
             kth = _exact_kth(Z, queries, min(args.m, n))
             lists = {}
             for method in methods + [mm for s, mm in extra if int(s) == n and mm not in methods]:
-                spec = {"Z": str(tmp / f"Z{n}.npy"), "m": args.m, "method": method, "threads": threads,
+                spec = {"Z": str(tmp / f"Z{n}_{args.factors}.npy"), "m": args.m, "method": method, "threads": threads,
                         "out": str(tmp / f"nb_{method}.npy"), "out_costs": str(tmp / f"c_{method}.npy")}
                 res = _run_child(spec)
                 nb, c = np.load(spec["out"]), np.load(spec["out_costs"])
@@ -168,11 +183,13 @@ def main(argv=None) -> int:
                 result = DualSolver().solve(TransportProblem(losses, y, cost, args.eps))
                 row["solve_s"] = time.perf_counter() - t0
                 row["objective"] = float(result.objective)
-                if n <= args.determinism_max_n and method.startswith("faiss"):
+                if n <= args.determinism_max_n and row["used"].startswith("faiss"):
                     again = _run_child({**spec, "threads": 1, "out": str(tmp / "again.npy"),
                                         "out_costs": str(tmp / "again_c.npy")})
                     same = np.array_equal(np.load(tmp / "again.npy"), nb)
                     row["deterministic"] = f"{'yes' if same else 'NO'} ({threads} vs 1 thread, {again['seconds']:.1f} s on 1)"
+                elif method.startswith("faiss") or row["used"].startswith("faiss"):
+                    row["deterministic"] = f"not checked (n > {args.determinism_max_n})"
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             ref = rows[-len(lists)]
@@ -185,11 +202,14 @@ def main(argv=None) -> int:
     lines = [f"Command: `{command.strip()}`", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before the run {load0:.2f}; "
-             f"search threads {threads}; m = {args.m}; eps = {args.eps}", "",
-             "| n | method | build+query s | peak RSS above data MiB | recall@m | objective | / exact | adversary gain / exact | deterministic |",
+             f"search threads {threads}; m = {args.m}; eps = {args.eps}; synthetic rows with {args.factors} latent "
+             f"factors, embedding dimension at the neighbours' scale (budro's estimate): "
+             + ", ".join(f"n={n}: {d:.1f}" for n, d in dims.items()), "",
+             "| n | method (used) | build+query s | peak RSS above data MiB | recall@m | objective | / exact | adversary gain / exact | deterministic |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r['n']} | {r['method']} | {r['seconds']:.1f} | {r['rss_above_mib']:.0f} | {r['recall']:.6f} | "
+        used = f" ({r['used']})" if r["used"] != r["method"] else ""
+        lines.append(f"| {r['n']} | {r['method']}{used} | {r['seconds']:.1f} | {r['rss_above_mib']:.0f} | {r['recall']:.6f} | "
                      f"{r['objective']:.8f} | {r['objective_vs_exact']:.8f} | {r['gain_vs_exact']:.6f} | "
                      f"{r.get('deterministic', 'exact')} |")
     lines.append("")
@@ -200,7 +220,7 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.output:
-        _write(Path(args.output), "Neighbour search", text)
+        _write(Path(args.output), f"Neighbour search ({args.factors} factors, n = {args.sizes})", text)
     return 0
 
 

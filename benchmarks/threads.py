@@ -1,6 +1,6 @@
 """Thread settings on a busy machine: budro's defaults against thread counts set by hand.
 
-    BUDRO_DATA_HOME=../shared/data python benchmarks/threads.py                       # German 100, Adult 20 rounds
+    BUDRO_DATA_HOME=../shared/data python benchmarks/threads.py                       # German 300, Adult 20 rounds
     python benchmarks/threads.py --settings german --backends xgboost,lightgbm --competitors 1 --repeats 3
 
 Starts ``--competitors`` CPU-bound processes (a Python busy loop each) and, while they run, fits
@@ -34,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-SETTINGS = {"german": ("german.toml", 100, None), "adult": ("adult.toml", 20, 32)}
+SETTINGS = {"german": ("german.toml", 300, None), "adult": ("adult.toml", 20, 32)}
 THREADS_KEY = {"xgboost": "nthread", "lightgbm": "num_threads", "catboost": "thread_count"}
 #: (label, thread count or None for budro's default, OMP_WAIT_POLICY or None to leave it to budro)
 VARIANTS = [
@@ -126,10 +126,10 @@ def main(argv=None) -> int:
                     runs = [_run(spec, policy) for _ in range(args.repeats)]
                     fit = statistics.median(r["fit_s"] for r in runs)
                     results[label] = (fit, runs)
-                    print(f"{setting:7s} {backend:9s} {label:45s} fit {fit:7.2f} s  "
-                          f"({', '.join(f'{r['fit_s']:.2f}' for r in runs)}; tree {runs[0]['tree_ms']:.1f} ms, "
-                          f"solve {runs[0]['solve_ms']:.1f} ms; OMP_WAIT_POLICY={runs[0]['omp_wait_policy']!r})",
-                          flush=True)
+                    times = ", ".join(f"{r['fit_s']:.2f}" for r in runs)
+                    print(f"{setting:7s} {backend:9s} {label:45s} fit {fit:7.2f} s  ({times}; tree "
+                          f"{runs[0]['tree_ms']:.1f} ms, solve {runs[0]['solve_ms']:.1f} ms; "
+                          f"OMP_WAIT_POLICY={runs[0]['omp_wait_policy']!r})", flush=True)
                 best = min(results, key=lambda k: results[k][0])
                 for label, (fit, runs) in results.items():
                     rows.append((setting, backend, label, fit, [r["fit_s"] for r in runs], fit / results[best][0],
