@@ -6,11 +6,12 @@
 Starts ``--competitors`` CPU-bound processes (a Python busy loop each) and, while they run, fits
 BuDRO on the paper's settings (the BuDRO method of experiments/<setting>.toml, fewer rounds) with:
 
-- ``default``: no thread parameter, the environment as budro leaves it (``OMP_WAIT_POLICY`` set to
-  PASSIVE at ``import budro`` when unset: budro/_threads.py);
+- ``default``: no thread parameter, the environment as budro leaves it (``GOMP_SPINCOUNT=3000``
+  set at ``import budro`` when neither it nor ``OMP_WAIT_POLICY`` is set: budro/_threads.py);
 - ``threads=N``: the booster's thread parameter set by hand (``nthread``, ``num_threads``, ``thread_count``);
-- each of these also with ``OMP_WAIT_POLICY=`` (empty: the OpenMP runtime's own default, as
-  before budro set it) and ``OMP_WAIT_POLICY=ACTIVE``.
+- variants of the OpenMP waiting: ``OMP_WAIT_POLICY=`` (empty: libgomp's own default, a 3 ms
+  spin, as before budro set anything), ``ACTIVE``, ``PASSIVE``, and other ``GOMP_SPINCOUNT``
+  values (``--variants`` picks them by index).
 
 Every fit runs in a fresh process (an OpenMP runtime reads ``OMP_WAIT_POLICY`` once, when it
 starts).  Prints the thread count budro chose (``budro._threads.available_cores``) and a markdown
@@ -36,15 +37,19 @@ REPO = Path(__file__).resolve().parents[1]
 
 SETTINGS = {"german": ("german.toml", 300, None), "adult": ("adult.toml", 20, 32)}
 THREADS_KEY = {"xgboost": "nthread", "lightgbm": "num_threads", "catboost": "thread_count"}
-#: (label, thread count or None for budro's default, OMP_WAIT_POLICY or None to leave it to budro)
+#: (label, thread count or None for budro's default, environment changes: a value, or None to
+#: remove the variable; an empty dict leaves the environment as budro sets it)
 VARIANTS = [
-    ("default", None, None),
-    ("default, OMP_WAIT_POLICY= (runtime default)", None, ""),
-    ("default, OMP_WAIT_POLICY=ACTIVE", None, "ACTIVE"),
-    ("threads=1", 1, None),
-    ("threads=1, OMP_WAIT_POLICY=", 1, ""),
-    ("threads=2", 2, None),
-    ("threads=2, OMP_WAIT_POLICY=", 2, ""),
+    ("default", None, {}),
+    ("default, OMP_WAIT_POLICY= (runtime default)", None, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": None}),
+    ("default, OMP_WAIT_POLICY=ACTIVE", None, {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": None}),
+    ("default, OMP_WAIT_POLICY=PASSIVE", None, {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None}),
+    ("threads=1", 1, {}),
+    ("threads=1, OMP_WAIT_POLICY=", 1, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": None}),
+    ("threads=2", 2, {}),
+    ("threads=2, OMP_WAIT_POLICY=", 2, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": None}),
+    ("default, GOMP_SPINCOUNT=3000", None, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "3000"}),
+    ("default, GOMP_SPINCOUNT=30000", None, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "30000"}),
 ]
 
 
@@ -76,14 +81,17 @@ def _child(spec: dict) -> dict:
     return {"fit_s": total, "setup_s": clf.time_setup_,
             "tree_ms": 1000 * float(np.median([r.time_tree for r in h])),
             "solve_ms": 1000 * float(np.median([r.time_solve for r in h])),
-            "cores": available_cores(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+            "cores": available_cores(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "gomp_spincount": os.environ.get("GOMP_SPINCOUNT")}
 
 
-def _run(spec: dict, policy: str | None) -> dict:
-    env = dict(os.environ)
-    env.pop("OMP_WAIT_POLICY", None)
-    if policy is not None:
-        env["OMP_WAIT_POLICY"] = policy
+def _run(spec: dict, changes: dict) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], env=env, capture_output=True,
                          text=True, timeout=1800)
     if out.returncode != 0:
@@ -121,15 +129,16 @@ def main(argv=None) -> int:
         for setting in args.settings.split(","):
             for backend in args.backends.split(","):
                 results = {}
-                for label, threads, policy in variants:
+                for label, threads, changes in variants:
                     spec = {"setting": setting, "backend": backend, "threads": threads}
-                    runs = [_run(spec, policy) for _ in range(args.repeats)]
+                    runs = [_run(spec, changes) for _ in range(args.repeats)]
                     fit = statistics.median(r["fit_s"] for r in runs)
                     results[label] = (fit, runs)
                     times = ", ".join(f"{r['fit_s']:.2f}" for r in runs)
                     print(f"{setting:7s} {backend:9s} {label:45s} fit {fit:7.2f} s  ({times}; tree "
                           f"{runs[0]['tree_ms']:.1f} ms, solve {runs[0]['solve_ms']:.1f} ms; "
-                          f"OMP_WAIT_POLICY={runs[0]['omp_wait_policy']!r})", flush=True)
+                          f"OMP_WAIT_POLICY={runs[0]['omp_wait_policy']!r}, "
+                          f"GOMP_SPINCOUNT={runs[0]['gomp_spincount']!r})", flush=True)
                 best = min(results, key=lambda k: results[k][0])
                 for label, (fit, runs) in results.items():
                     rows.append((setting, backend, label, fit, [r["fit_s"] for r in runs], fit / results[best][0],

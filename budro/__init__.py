@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os as _os
 
-# OpenMP threads that spin after each parallel region take the cores budro's solve (and, on a busy
-# machine, everyone else) needs; a runtime reads this once when it starts, so it is set here,
-# before any booster is imported.  Set OMP_WAIT_POLICY yourself to choose otherwise
-# (budro/_threads.py, docs/threads.md).
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP (libgomp) threads spin for about 3 ms after each parallel region by default, taking the
+# cores budro's solve (and, on a busy machine, everyone else) needs; budro shortens the spin.  A
+# runtime reads this once when it starts, so it is set here, before any booster is imported; set
+# OMP_WAIT_POLICY or GOMP_SPINCOUNT yourself to choose otherwise (budro/_threads.py, docs/threads.md).
+if "OMP_WAIT_POLICY" not in _os.environ:
+    _os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 
 from budro.exceptions import (
     BudroError,

@@ -17,14 +17,16 @@ gives none (``nthread``, ``num_threads``, ``thread_count``), and :func:`limit_th
 OpenMP and BLAS thread pools (with threadpoolctl) while budro's own code runs (fair-metric
 fitting, the neighbour search, the transport solves).
 
-``OMP_WAIT_POLICY``: ``import budro`` sets it to ``PASSIVE`` unless it is already set
-(``os.environ.setdefault``; see :data:`OMP_WAIT_POLICY_DEFAULT`).  An OpenMP runtime reads it once,
-when it starts, so it only applies to boosters imported after budro; set it yourself (any value,
-e.g. ``ACTIVE``) before importing budro to choose otherwise.  Why: OpenMP threads that finished a
-parallel region keep spinning on their core for a while, and budro alternates a booster round
-(OpenMP) with its own transport solve (numpy, numba); spinning threads of one pool take the cores
-the next step needs, which costs little on an idle machine and a great deal on a busy one
-(docs/threads.md has the measurements).
+``GOMP_SPINCOUNT``: ``import budro`` sets it to :data:`GOMP_SPINCOUNT_DEFAULT` (3000) unless
+``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is already set.  An OpenMP thread that finished a
+parallel region keeps spinning on its core before it sleeps (libgomp: 300 000 spins, about 3 ms),
+and budro alternates a booster round (OpenMP) with its own transport solve (numpy, numba): on a
+busy machine the spinning threads take the cores the next step and the other processes need; not
+spinning at all (``OMP_WAIT_POLICY=PASSIVE``) makes every parallel region wake its threads, which
+on an idle machine slowed LightGBM's large trees 8x.  A short spin was within 1.41x of the best
+setting on a loaded machine and the best or tied on an idle one (docs/threads.md).  A runtime reads
+the variable once, when it starts, so it only applies to boosters imported after budro.  It is
+libgomp's (GCC's OpenMP, used by the XGBoost and LightGBM wheels on Linux); other runtimes ignore it.
 """
 
 from __future__ import annotations
@@ -37,12 +39,12 @@ from typing import Iterator
 
 from budro.exceptions import ConfigError
 
-__all__ = ["available_cores", "default_threads", "limit_threads", "OMP_WAIT_POLICY_DEFAULT", "ENV_THREADS"]
+__all__ = ["available_cores", "default_threads", "limit_threads", "GOMP_SPINCOUNT_DEFAULT", "ENV_THREADS"]
 
 #: Environment variable that fixes the thread count budro uses (overrides affinity and cgroups).
 ENV_THREADS = "BUDRO_NUM_THREADS"
-#: The ``OMP_WAIT_POLICY`` budro sets at import when the environment has none.
-OMP_WAIT_POLICY_DEFAULT = "PASSIVE"
+#: The ``GOMP_SPINCOUNT`` budro sets at import when neither it nor ``OMP_WAIT_POLICY`` is set.
+GOMP_SPINCOUNT_DEFAULT = "3000"
 
 # Where the kernel describes the process's cgroups (module attributes so tests can point them
 # at files of their own).

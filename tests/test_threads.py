@@ -124,14 +124,19 @@ def test_limit_threads_bounds_blas_and_restores():
     assert after == before
 
 
-def test_import_budro_sets_omp_wait_policy_unless_set():
-    code = "import os, budro; print(os.environ.get('OMP_WAIT_POLICY'))"
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == _threads.OMP_WAIT_POLICY_DEFAULT
-    out = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_WAIT_POLICY": "ACTIVE"},
-                         capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "ACTIVE"
+def test_import_budro_shortens_the_openmp_spin_unless_the_user_chose():
+    code = "import os, budro; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+
+    def run(**extra):
+        out = subprocess.run([sys.executable, "-c", code], env={**env, **extra}, capture_output=True, text=True,
+                             check=True)
+        return out.stdout.split()
+
+    assert run() == [_threads.GOMP_SPINCOUNT_DEFAULT, "None"]
+    assert run(GOMP_SPINCOUNT="100000") == ["100000", "None"]
+    assert run(OMP_WAIT_POLICY="ACTIVE") == ["None", "ACTIVE"]  # a chosen policy is left alone
+    assert run(OMP_WAIT_POLICY="PASSIVE") == ["None", "PASSIVE"]
 
 
 def _library_threads(backend) -> int:
