@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     text = "\n".join(table)
     print(text)
     if args.output:
-        _write(Path(args.output), "Threads benchmark", text)
+        _write(Path(args.output), f"Threads benchmark ({args.competitors} competing processes)", text)
     return 0
 
 

@@ -108,6 +108,13 @@ def test_environment_variable_overrides(fake_cgroups, monkeypatch):
             _threads.available_cores()
 
 
+def test_default_threads_scale_with_the_rows(fake_cgroups):
+    assert _threads.default_threads() == 8
+    assert _threads.default_threads(800) == 1  # German: one thread
+    assert _threads.default_threads(36_177) == 3  # Adult
+    assert _threads.default_threads(10**6) == 8  # capped by the cores
+
+
 def test_on_this_machine_within_the_affinity_mask():
     n = _threads.available_cores()
     assert 1 <= n <= len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else n >= 1
@@ -158,6 +165,7 @@ def test_backends_default_to_available_cores_unless_given(backend, alias, monkey
 
     X = np.random.default_rng(0).normal(size=(40, 3))
     y = (X[:, 0] > 0).astype(float)
+    monkeypatch.setattr(_threads, "ROWS_PER_THREAD", 10)  # 40 rows: up to 4 threads
     monkeypatch.setenv(_threads.ENV_THREADS, "3")
     b = registry.create("backend", backend)
     b.start(X, y, 2)
@@ -165,6 +173,10 @@ def test_backends_default_to_available_cores_unless_given(backend, alias, monkey
     monkeypatch.setenv(_threads.ENV_THREADS, "1")
     b.start(X, y, 2)  # read at every start, not frozen at construction
     assert _library_threads(b) == 1
+    monkeypatch.setenv(_threads.ENV_THREADS, "8")
+    monkeypatch.setattr(_threads, "ROWS_PER_THREAD", 20)
+    b.start(X, y, 2)  # 40 rows: 2 threads, not 8
+    assert _library_threads(b) == 2
     given = registry.create("backend", backend, **{alias: 2})
     given.start(X, y, 2)
     assert _library_threads(given) == 2

@@ -224,13 +224,13 @@ class BuiltinBackend(Backend):
         args = [f"weight_scale={self.weight_scale!r}"] + [f"{k}={v!r}" for k, v in self._user_params.items()]
         return f"{type(self).__name__}({', '.join(args)})"
 
-    def _with_threads(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _with_threads(self, params: dict[str, Any], n_rows: int | None = None) -> dict[str, Any]:
         """``params`` with the thread count budro chooses (:data:`THREAD_PARAM`) unless the user
-        set one (under any alias)."""
+        set one (under any alias): :func:`budro._threads.default_threads` for ``n_rows`` rows."""
         if self.THREAD_PARAM is not None and self.THREAD_PARAM not in self._given_as:
             from budro._threads import default_threads
 
-            params[self.THREAD_PARAM] = default_threads()
+            params[self.THREAD_PARAM] = default_threads(n_rows)
         return params
 
     def _key(self, native: str) -> str:

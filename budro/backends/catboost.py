@@ -360,7 +360,7 @@ class CatBoostBackend(BuiltinBackend):
         return bool(self._models)
 
     def _native_params(self, n_classes: int, random_state: int | None) -> dict[str, Any]:
-        params = self._with_threads({**self._params, **FIXED_PARAMS})
+        params = {**self._params, **FIXED_PARAMS}
         if n_classes == 2:
             params.update(loss_function="Logloss", boost_from_average=False)
         else:
@@ -407,7 +407,7 @@ class CatBoostBackend(BuiltinBackend):
         """
         cb = _cb()
         X, y, n_classes, categorical = _check_all_classes(*check_training_data(X, y, n_classes, categorical_features))
-        params = self._native_params(n_classes, random_state)
+        params = self._with_threads(self._native_params(n_classes, random_state), X.shape[0])
         data = _with_categories(X, categorical, params)
         self._reset()
         n = X.shape[0]
@@ -519,7 +519,7 @@ class CatBoostBackend(BuiltinBackend):
         cb = _cb()
         X, y, n_classes, categorical = _check_all_classes(*check_training_data(X, y, n_classes, categorical_features))
         n_rounds = check_n_rounds(n_rounds)
-        params = self._native_params(n_classes, random_state)
+        params = self._with_threads(self._native_params(n_classes, random_state), X.shape[0])
         weight = native_sample_weights(sample_weight, X.shape[0], self.weight_scale)
         pool = cb.Pool(_with_categories(X, categorical, params), label=y.astype(np.int64), weight=weight,
                        cat_features=list(categorical) or None)

@@ -402,7 +402,7 @@ class LightGBMBackend(BuiltinBackend):
         return self._booster is not None
 
     def _train_params(self, n_classes: int, random_state: int | None, *, native: bool) -> dict[str, Any]:
-        params = self._with_threads(dict(self._params))
+        params = dict(self._params)
         params.update(boost_from_average=False, metric="None")
         if n_classes > 2 and float(params.get("scale_pos_weight", 1.0)) != 1.0:
             raise ValidationError(
@@ -444,7 +444,7 @@ class LightGBMBackend(BuiltinBackend):
         """
         lgb = _lgb()
         X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
-        params = self._train_params(n_classes, random_state, native=False)
+        params = self._with_threads(self._train_params(n_classes, random_state, native=False), X.shape[0])
         self._booster = self._dataset = self._margins = None
         n = X.shape[0]
         dataset = _dataset(lgb, X, categorical, params, label=y)
@@ -539,7 +539,7 @@ class LightGBMBackend(BuiltinBackend):
         lgb = _lgb()
         X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
         n_rounds = check_n_rounds(n_rounds)
-        params = self._train_params(n_classes, random_state, native=True)
+        params = self._with_threads(self._train_params(n_classes, random_state, native=True), X.shape[0])
         weight = native_sample_weights(sample_weight, X.shape[0], self.weight_scale)
         dataset = _dataset(lgb, X, categorical, params, label=y, weight=weight)
         booster = lgb.train(params, dataset, num_boost_round=n_rounds)

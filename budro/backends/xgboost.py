@@ -264,7 +264,7 @@ class XGBoostBackend(BuiltinBackend):
         return self._booster is not None
 
     def _train_params(self, n_classes: int, random_state: int | None) -> dict[str, Any]:
-        params = self._with_threads(dict(self._params))
+        params = dict(self._params)
         try:
             scale_pos_weight = float(params.get("scale_pos_weight", 1.0))
         except (TypeError, ValueError):
@@ -308,7 +308,7 @@ class XGBoostBackend(BuiltinBackend):
         """
         xgb = _xgb()
         X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
-        params = self._train_params(n_classes, random_state)
+        params = self._with_threads(self._train_params(n_classes, random_state), X.shape[0])
         self.finish()
         self._booster = None
         n = X.shape[0]
@@ -417,7 +417,7 @@ class XGBoostBackend(BuiltinBackend):
         xgb = _xgb()
         X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
         n_rounds = check_n_rounds(n_rounds)
-        params = self._train_params(n_classes, random_state)
+        params = self._with_threads(self._train_params(n_classes, random_state), X.shape[0])
         weight = native_sample_weights(sample_weight, X.shape[0], self.weight_scale)
         dtrain = _dmatrix(xgb, X, categorical, params, label=y, weight=weight)
         booster = xgb.train(params, dtrain, num_boost_round=n_rounds)
