@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from budro.datasets._base import ColumnAssignments
 from budro.exceptions import BudroWarning, ValidationError
 
 __all__ = [
@@ -104,7 +105,7 @@ def counterfactual_consistency(model: Any, X: Any, counterfactuals: Any, *, incl
     return float(same.mean()) if n else math.nan
 
 
-class ColumnValues:
+class ColumnValues(ColumnAssignments):
     """Counterfactual copies of a table with columns set to given values of any type.
 
     The counterfactual flips of a raw table: ``ColumnValues.product({"sex": ["Male", "Female"]})``
@@ -122,59 +123,13 @@ class ColumnValues:
         for arrays.
     """
 
-    def __init__(self, assignments: Sequence[Mapping[Any, Any]]):
-        if isinstance(assignments, Mapping) or not isinstance(assignments, Sequence) or not assignments:
+    def _value(self, k: int, column: Any, value: Any) -> Any:
+        if not isinstance(value, (str, bool, numbers.Real, np.generic)) or (
+                isinstance(value, numbers.Real) and not math.isfinite(float(value))):
             raise ValidationError(
-                "ColumnValues: assignments must be a non-empty sequence of mappings column -> value (one per copy), "
-                f"got {assignments!r}"
+                f"ColumnValues: assignments[{k}][{column!r}] must be a string, a finite number or a boolean, got {value!r}"
             )
-        checked = []
-        for k, assignment in enumerate(assignments):
-            if not isinstance(assignment, Mapping) or not assignment:
-                raise ValidationError(f"ColumnValues: assignments[{k}] must be a non-empty mapping column -> value, got {assignment!r}")
-            for column, value in assignment.items():
-                if not isinstance(value, (str, bool, numbers.Real, np.generic)) or (
-                        isinstance(value, numbers.Real) and not math.isfinite(float(value))):
-                    raise ValidationError(
-                        f"ColumnValues: assignments[{k}][{column!r}] must be a string, a finite number or a boolean, got {value!r}"
-                    )
-            checked.append(dict(assignment))
-        self.assignments: tuple[dict[Any, Any], ...] = tuple(checked)
-
-    @classmethod
-    def product(cls, values: Mapping[Any, Sequence[Any]]) -> "ColumnValues":
-        """One copy per combination of the columns' values (Cartesian product, in the order given)."""
-        import itertools
-
-        if not isinstance(values, Mapping) or not values:
-            raise ValidationError(f"ColumnValues.product: values must be a non-empty mapping column -> list of values, got {values!r}")
-        lists = []
-        for column, v in values.items():
-            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or len(v) == 0:
-                raise ValidationError(f"ColumnValues.product: values[{column!r}] must be a non-empty list of values, got {v!r}")
-            lists.append(list(v))
-        return cls([dict(zip(values, combo)) for combo in itertools.product(*lists)])
-
-    @classmethod
-    def one_hot(cls, columns: Sequence[Any], active: Sequence[Any] | None = None) -> "ColumnValues":
-        """One copy per category of a one-hot group: in the copy for ``c``, column ``c`` is 1 and the
-        other ``columns`` 0 (``active``: the categories that get a copy; default all)."""
-        columns = list(columns)
-        if not columns or len(set(columns)) != len(columns):
-            raise ValidationError(f"ColumnValues.one_hot: columns must be a non-empty list without repeats, got {columns!r}")
-        active = columns if active is None else list(active)
-        unknown = [c for c in active if c not in columns]
-        if not active or unknown:
-            raise ValidationError(f"ColumnValues.one_hot: active must be a non-empty subset of columns; not in columns: {unknown!r}")
-        return cls([{c: float(c == on) for c in columns} for on in active])
-
-    @property
-    def columns(self) -> tuple:
-        """Every column some copy changes (first-seen order)."""
-        return tuple(dict.fromkeys(c for a in self.assignments for c in a))
-
-    def __len__(self) -> int:
-        return len(self.assignments)
+        return value
 
     def __call__(self, X: Any) -> list[Any]:
         """The copies of ``X`` (pandas or polars DataFrame, or a 2-D array), one per assignment."""
@@ -211,9 +166,6 @@ class ColumnValues:
                 Xc[:, column] = value
             copies.append(Xc)
         return copies
-
-    def __repr__(self) -> str:
-        return f"ColumnValues({len(self.assignments)} copies over columns {list(self.columns)!r})"
 
 
 def _column_of(column: Any, value: Any, n: int) -> Any:

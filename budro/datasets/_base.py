@@ -53,25 +53,27 @@ class ColumnAssignments:
     def __init__(self, assignments: Sequence[Mapping[Any, float]]):
         if isinstance(assignments, Mapping) or not isinstance(assignments, Sequence) or not assignments:
             raise ValidationError(
-                "ColumnAssignments: assignments must be a non-empty sequence of mappings column -> value "
+                f"{type(self).__name__}: assignments must be a non-empty sequence of mappings column -> value "
                 f"(one per counterfactual copy), got {assignments!r}"
             )
         checked = []
         for k, assignment in enumerate(assignments):
             if not isinstance(assignment, Mapping) or not assignment:
                 raise ValidationError(
-                    f"ColumnAssignments: assignments[{k}] must be a non-empty mapping column -> value, got {assignment!r}"
+                    f"{type(self).__name__}: assignments[{k}] must be a non-empty mapping column -> value, got {assignment!r}"
                 )
-            for column, value in assignment.items():
-                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
-                    raise ValidationError(
-                        f"ColumnAssignments: assignments[{k}][{column!r}] must be a finite number, got {value!r}"
-                    )
-            checked.append({column: float(value) for column, value in assignment.items()})
-        self.assignments: tuple[dict[Any, float], ...] = tuple(checked)
+            checked.append({column: self._value(k, column, value) for column, value in assignment.items()})
+        self.assignments: tuple[dict[Any, Any], ...] = tuple(checked)
+
+    def _value(self, k: int, column: Any, value: Any) -> Any:
+        """The value of ``column`` in assignment ``k`` as stored, or a ValidationError (numbers only here;
+        :class:`budro.evaluation.ColumnValues` also takes strings and booleans)."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+            raise ValidationError(f"ColumnAssignments: assignments[{k}][{column!r}] must be a finite number, got {value!r}")
+        return float(value)
 
     @classmethod
-    def one_hot(cls, columns: Sequence[Any], active: Sequence[Any] | None = None) -> "ColumnAssignments":
+    def one_hot(cls, columns: Sequence[Any], active: Sequence[Any] | None = None):
         """One copy per category of a one-hot encoded attribute.
 
         Parameters
@@ -84,17 +86,17 @@ class ColumnAssignments:
         """
         columns = list(columns)
         if not columns or len(set(columns)) != len(columns):
-            raise ValidationError(f"ColumnAssignments.one_hot: columns must be a non-empty list without repeats, got {columns!r}")
+            raise ValidationError(f"{cls.__name__}.one_hot: columns must be a non-empty list without repeats, got {columns!r}")
         active = columns if active is None else list(active)
         unknown = [c for c in active if c not in columns]
         if not active or unknown:
             raise ValidationError(
-                f"ColumnAssignments.one_hot: active must be a non-empty subset of columns; not in columns: {unknown!r}"
+                f"{cls.__name__}.one_hot: active must be a non-empty subset of columns; not in columns: {unknown!r}"
             )
         return cls([{c: float(c == on) for c in columns} for on in active])
 
     @classmethod
-    def product(cls, values: Mapping[Any, Sequence[float]]) -> "ColumnAssignments":
+    def product(cls, values: Mapping[Any, Sequence[Any]]):
         """One copy per combination of values (the Cartesian product, in the order given).
 
         ``ColumnAssignments.product({"sex": [0, 1], "race": [0, 1]})`` gives the four copies
@@ -102,17 +104,17 @@ class ColumnAssignments:
         """
         if not isinstance(values, Mapping) or not values:
             raise ValidationError(
-                f"ColumnAssignments.product: values must be a non-empty mapping column -> list of values, got {values!r}"
+                f"{cls.__name__}.product: values must be a non-empty mapping column -> list of values, got {values!r}"
             )
         columns = list(values)
         lists = []
         for column in columns:
             v = values[column]
             if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
-                raise ValidationError(f"ColumnAssignments.product: values[{column!r}] must be a list of numbers, got {v!r}")
+                raise ValidationError(f"{cls.__name__}.product: values[{column!r}] must be a list of values, got {v!r}")
             v = list(v)
             if not v:
-                raise ValidationError(f"ColumnAssignments.product: values[{column!r}] is empty")
+                raise ValidationError(f"{cls.__name__}.product: values[{column!r}] is empty")
             lists.append(v)
         return cls([dict(zip(columns, combo)) for combo in itertools.product(*lists)])
 
@@ -158,7 +160,7 @@ class ColumnAssignments:
         return copies
 
     def __repr__(self) -> str:
-        return f"ColumnAssignments({len(self.assignments)} copies over columns {list(self.columns)!r})"
+        return f"{type(self).__name__}({len(self.assignments)} copies over columns {list(self.columns)!r})"
 
 
 @dataclass(eq=False)
