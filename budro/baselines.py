@@ -33,7 +33,7 @@ from budro import registry
 from budro.backends._common import BuiltinBackend, check_float32_range
 from budro.estimator import PREPROCESSING, BuDROClassifier
 from budro.exceptions import ConfigError, ValidationError
-from budro.tables import DEFAULT_MAX_CATEGORIES, TableEncoder, is_table, table_needs_encoding
+from budro.tables import DEFAULT_MAX_CATEGORIES, is_table, table_needs_encoding
 
 __all__ = [
     "GBDTClassifier",
@@ -138,21 +138,10 @@ class _BoostedBase(ClassifierMixin, BaseEstimator):
     def _encode_table(self, X: Any, y: Any, protected: tuple):
         """Fit ``table_`` on X (as :class:`budro.BuDROClassifier` does: codes for a backend with
         native categoricals, else one-hot); the model's matrix and the labels."""
-        from budro.estimator import _check_labels
+        from budro.estimator import _check_labels, _fit_table
 
-        caps = registry.get("backend", self.backend).spec.capabilities
-        native_missing = "missing-values" in caps
-        native_categorical = native_missing and "native-categorical" in caps
-        encoder = TableEncoder(max_categories=self.max_categories).fit(
-            X, protected=protected, native_categorical=native_categorical, native_missing=native_missing)
+        encoder = _fit_table(self, X, protected)
         y = _check_labels(y)
-        self.table_ = encoder
-        self.n_features_in_ = len(encoder.columns_)
-        if encoder.has_names_:
-            self.feature_names_in_ = np.asarray(encoder.columns_, dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
-        self.protected_indices_ = tuple(encoder.columns_.index(c) for c in encoder.protected_columns_)
         matrix = encoder.metric_matrix(X) if self._table_matrix == "metric" else encoder.booster_matrix(X)
         if y.shape[0] != matrix.shape[0]:
             raise ValidationError(f"X has {matrix.shape[0]} rows but y has {y.shape[0]} labels")

@@ -229,26 +229,13 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
 
     def _encode_table(self, X: Any, y: Any):
         """Fit ``table_`` on ``X``; the booster matrix, the labels and BuDRO.fit's table arguments."""
-        caps = registry.get("backend", self.backend).spec.capabilities
-        native_missing = "missing-values" in caps
-        native_categorical = native_missing and "native-categorical" in caps
         if self.protected is not None and isinstance(self.protected, (str, numbers.Integral)):
             raise ValidationError(f"protected must be a list of column names or indices, got {self.protected!r}")
-        encoder = TableEncoder(max_categories=self.max_categories).fit(
-            X, protected=tuple(self.protected or ()), native_categorical=native_categorical,
-            native_missing=native_missing,
-        )
+        encoder = _fit_table(self, X, tuple(self.protected or ()))
         y = _check_labels(y)
         booster_X = encoder.booster_matrix(X)
         if y.shape[0] != booster_X.shape[0]:
             raise ValidationError(f"X has {booster_X.shape[0]} rows but y has {y.shape[0]} labels")
-        self.table_ = encoder
-        self.n_features_in_ = len(encoder.columns_)
-        if encoder.has_names_:
-            self.feature_names_in_ = np.asarray(encoder.columns_, dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
-        self.protected_indices_ = tuple(encoder.columns_.index(c) for c in encoder.protected_columns_)
         kwargs = {
             "protected": encoder.protected_metric_indices_,
             "metric_X": encoder.metric_matrix(X),
@@ -343,6 +330,25 @@ class BuDROClassifier(ClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = True  # "auto" sends arrays with NaN through the table encoder
         return tags
+
+
+def _fit_table(estimator: Any, X: Any, protected: tuple) -> TableEncoder:
+    """Fit a :class:`TableEncoder` on ``X`` for ``estimator`` (its ``backend``, ``max_categories``):
+    category codes for a backend declaring native categoricals, else one-hot; sets the fitted
+    ``table_``, ``n_features_in_``, ``feature_names_in_`` and ``protected_indices_`` (raw columns)."""
+    caps = registry.get("backend", estimator.backend).spec.capabilities
+    native_missing = "missing-values" in caps
+    native_categorical = native_missing and "native-categorical" in caps
+    encoder = TableEncoder(max_categories=estimator.max_categories).fit(
+        X, protected=protected, native_categorical=native_categorical, native_missing=native_missing)
+    estimator.table_ = encoder
+    estimator.n_features_in_ = len(encoder.columns_)
+    if encoder.has_names_:
+        estimator.feature_names_in_ = np.asarray(encoder.columns_, dtype=object)
+    elif hasattr(estimator, "feature_names_in_"):
+        del estimator.feature_names_in_
+    estimator.protected_indices_ = tuple(encoder.columns_.index(c) for c in encoder.protected_columns_)
+    return encoder
 
 
 def _check_metric_input(metric_X: np.ndarray) -> None:
