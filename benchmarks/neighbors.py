@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import resource
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from _report import replace_section  # benchmarks/ is the script's folder, first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -220,19 +221,8 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.output:
-        _write(Path(args.output), f"Neighbour search ({args.factors} factors, n = {args.sizes})", text)
+        replace_section(Path(args.output), f"Neighbour search ({args.factors} factors, n = {args.sizes})", text)
     return 0
-
-
-def _write(path: Path, section: str, body: str) -> None:
-    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
-    old = path.read_text() if path.exists() else ""
-    block = f"{start}\n{body}\n{end}"
-    new = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, old, flags=re.S) if start in old else (
-        old.rstrip() + "\n\n" + block + "\n")
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(new)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import resource
 import subprocess
 import sys
@@ -55,6 +54,8 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+
+from _report import replace_section  # benchmarks/ is the script's folder, first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("BUDRO_BENCH_CACHE", "/tmp/budro-bench"))
@@ -454,12 +455,9 @@ def _machine() -> str:
 
 
 def _write(section: str, body: str, command: str, output: Path) -> None:
-    text = output.read_text() if output.exists() else "# Transport-solver benchmarks\n\nMade by `benchmarks/solvers.py`.\n"
-    block = (f"<!-- {section}:start -->\n## {section}\n\n`{command}`\n\nMachine: {_machine()}; "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{body}\n<!-- {section}:end -->")
-    pattern = re.compile(rf"<!-- {re.escape(section)}:start -->.*?<!-- {re.escape(section)}:end -->", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    output.write_text(text)
+    replace_section(output, section, f"## {section}\n\n`{command}`\n\nMachine: {_machine()}; "
+                    f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{body}",
+                    new_file="# Transport-solver benchmarks\n\nMade by `benchmarks/solvers.py`.\n")
 
 
 def main(argv=None) -> int:

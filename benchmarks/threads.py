@@ -26,12 +26,13 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _report import replace_section  # benchmarks/ is the script's folder, first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -162,19 +163,8 @@ def main(argv=None) -> int:
     text = "\n".join(table)
     print(text)
     if args.output:
-        _write(Path(args.output), f"Threads benchmark ({args.competitors} competing processes)", text)
+        replace_section(Path(args.output), f"Threads benchmark ({args.competitors} competing processes)", text)
     return 0
-
-
-def _write(path: Path, section: str, body: str) -> None:
-    start, end = f"<!-- {section}:start -->", f"<!-- {section}:end -->"
-    old = path.read_text() if path.exists() else ""
-    block = f"{start}\n{body}\n{end}"
-    new = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, old, flags=re.S) if start in old else (
-        old.rstrip() + "\n\n" + block + "\n")
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(new)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

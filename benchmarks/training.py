@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import resource
 import subprocess
 import sys
@@ -47,6 +46,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from _report import replace_section  # benchmarks/ is the script's folder, first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -560,12 +561,8 @@ def _targets(paper: list[dict], whole: list[dict]) -> list[str]:
 def _write(section: str, body: str, output: Path) -> None:
     """Put the report in ``output`` between the section's markers (replaced in place, so the
     prose around it stays; appended the first time)."""
-    text = output.read_text() if output.exists() else "# Performance\n\nMade by `benchmarks/training.py`.\n"
-    block = f"<!-- {section}:start -->\n### {section}\n\n{body}\n<!-- {section}:end -->"
-    pattern = re.compile(rf"<!-- {re.escape(section)}:start -->.*?<!-- {re.escape(section)}:end -->", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
+    replace_section(output, section, f"### {section}\n\n{body}",
+                    new_file="# Performance\n\nMade by `benchmarks/training.py`.\n")
 
 
 HEADLINE = ("<!-- performance-headline -->", "<!-- /performance-headline -->")
