@@ -44,10 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
+from _report import replace_section  # benchmarks/ is the script's folder, first on sys.path
+
 ADULT_NAMES = ["age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
                "relationship", "race", "sex", "capital_gain", "capital_loss", "hours_per_week", "native_country",
                "income"]
-MARK_START, MARK_END = "<!-- own-data-benchmark:start -->", "<!-- own-data-benchmark:end -->"
+MARK_SECTION = "own-data-benchmark"
+MARK_START, MARK_END = f"<!-- {MARK_SECTION}:start -->", f"<!-- {MARK_SECTION}:end -->"
 
 
 def raw_adult(data_home: Path):
@@ -186,7 +189,6 @@ def main(argv=None) -> int:
     command = "BUDRO_DATA_HOME=../shared/data python benchmarks/own_data.py" + (
         "" if argv is None and len(sys.argv) == 1 else " " + " ".join(sys.argv[1:] if argv is None else argv))
     lines = [
-        MARK_START,
         f"Command: `{command}` (budro {budro.__version__}, Python {platform.python_version()}, "
         f"{os.cpu_count()} CPUs shared with other jobs; {args.splits} split(s), {args.n_steps + 1} trees, one booster thread).",
         "",
@@ -202,20 +204,11 @@ def main(argv=None) -> int:
         f"- (b) whole-fit time, raw file / prepared (means): {ratio:.3f} "
         f"(target: at most 1.10: **{'met' if ratio <= 1.10 else 'not met'}**).",
         f"- Loading: prepared loader {t_prepared:.1f} s, both raw files through the csv source {t_raw:.1f} s.",
-        MARK_END,
     ]
-    text = "\n".join(lines)
-    print(text)
+    body = "\n".join(lines)
+    print("\n".join([MARK_START, body, MARK_END]))
     if args.report:
-        report = Path(args.report)
-        old = report.read_text() if report.is_file() else ""
-        if MARK_START in old and MARK_END in old:
-            new = old[: old.index(MARK_START)] + text + old[old.index(MARK_END) + len(MARK_END):]
-        else:
-            new = old + ("\n" if old else "") + text + "\n"
-        tmp = report.with_name(report.name + ".tmp")
-        tmp.write_text(new)
-        os.replace(tmp, report)
+        replace_section(Path(args.report), MARK_SECTION, body)
     return 0
 
 
