@@ -317,21 +317,25 @@ class NeighborCost(Cost):
     def _finish(self, idx: np.ndarray) -> None:
         n, m = self.n, self.m
         # Each list starts with the point itself (ties among duplicates may have pushed it out),
-        # followed by the first m - 1 other neighbours, by increasing exact cost.
-        own = np.arange(n)
-        not_self = idx != own[:, None]
-        others = np.take_along_axis(idx, np.argsort(~not_self, axis=1, kind="stable"), axis=1)[:, : m - 1]
-        # Exact squared distances of the listed pairs, in row blocks (an (n, m, p) difference
-        # array would take 2.3 GB at n = 10^6, m = 16, p = 19).
-        costs = np.empty(others.shape)
-        block = max(1, (64 << 20) // max(1, 8 * others.shape[1] * self.Z.shape[1]))
+        # followed by the first m - 1 other neighbours, by increasing exact cost.  Exact squared
+        # distances of the listed pairs; in row blocks, written into the final arrays (whole
+        # (n, m) temporaries would take several times the lists' memory, and an (n, m, p)
+        # difference array 2.3 GB at n = 10^6, m = 16, p = 19).
+        self.neighbors = np.empty((n, m), dtype=np.intp)
+        self.neighbor_costs = np.empty((n, m))
+        self.neighbors[:, 0] = np.arange(n)
+        self.neighbor_costs[:, 0] = 0.0
+        block = max(1, (64 << 20) // max(1, 8 * max(m - 1, 1) * self.Z.shape[1]))
         for start in range(0, n, block):
             stop = min(n, start + block)
-            d = self.Z[others[start:stop]] - self.Z[start:stop, None, :]
-            np.einsum("ijk,ijk->ij", d, d, out=costs[start:stop])
-        order = np.argsort(costs, axis=1, kind="stable")
-        self.neighbors = np.column_stack([own, np.take_along_axis(others, order, axis=1)]).astype(np.intp)
-        self.neighbor_costs = np.column_stack([np.zeros(n), np.take_along_axis(costs, order, axis=1)])
+            part = idx[start:stop]
+            not_self = part != np.arange(start, stop)[:, None]
+            others = np.take_along_axis(part, np.argsort(~not_self, axis=1, kind="stable"), axis=1)[:, : m - 1]
+            d = self.Z[others] - self.Z[start:stop, None, :]
+            costs = np.einsum("ijk,ijk->ij", d, d)
+            order = np.argsort(costs, axis=1, kind="stable")
+            self.neighbors[start:stop, 1:] = np.take_along_axis(others, order, axis=1)
+            self.neighbor_costs[start:stop, 1:] = np.take_along_axis(costs, order, axis=1)
 
     @classmethod
     def from_lists(cls, neighbors: Any, neighbor_costs: Any) -> "NeighborCost":
@@ -347,7 +351,7 @@ class NeighborCost(Cost):
         self.n, self.m = n, nb.shape[1]
         self.method, self.n_distinct = "given", n
         self.Z = None
-        self.neighbors = nb.astype(np.intp)
+        self.neighbors = nb.astype(np.intp, copy=False)
         self.neighbor_costs = c
         return self
 

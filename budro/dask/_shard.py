@@ -57,11 +57,15 @@ class Shard:
         t0 = time.perf_counter()
         parts = [p for p in parts if len(p[0])]
         rows = np.concatenate([p[0] for p in parts]).astype(np.int64)
-        X = np.concatenate([p[1] for p in parts]).astype(np.float64, copy=False)
+        X = np.concatenate([p[1] for p in parts])  # float32 or float64 as the input (see take_rows)
         y = np.concatenate([p[2] for p in parts]).astype(np.intp)
         cell = np.concatenate([p[3] for p in parts]).astype(np.int64)
+        del parts
         order = np.lexsort((rows, cell))  # by cell, then by global row (one cell: the input order)
-        self.rows, X, self.y, self.cell = rows[order], X[order], y[order], cell[order]
+        if np.any(order[1:] < order[:-1]):
+            rows, X, y, cell = rows[order], X[order], y[order], cell[order]
+        self.rows, self.y, self.cell = rows, y, cell
+        del order
         self.n = len(self.rows)
         self.n_total = int(spec["n_total"])
         self.K = int(spec["n_classes"])
@@ -72,17 +76,21 @@ class Shard:
         metric = spec["metric"]
         m = int(spec["n_neighbors"])
         threads = int(spec.get("threads") or 1)
-        Z = np.asarray(metric.embed(X), dtype=np.float64)
+        Z = embed_rows(X, metric)
         cells, starts = np.unique(self.cell, return_index=True)
         bounds = list(starts) + [self.n]
         nb_parts, nc_parts = [], []
         for k in range(len(cells)):
             lo, hi = bounds[k], bounds[k + 1]
             cost = NeighborCost(Z[lo:hi], m, n_jobs=threads)
-            nb_parts.append(cost.neighbors + lo)
+            if lo:
+                cost.neighbors += lo  # rows of this shard
+            nb_parts.append(cost.neighbors)
             nc_parts.append(cost.neighbor_costs)
+            del cost
+        del Z
         if len(cells) == 1:
-            self.cost = cost
+            self.cost = NeighborCost.from_lists(nb_parts[0], nc_parts[0])  # without the embedding
         else:
             width = min(c.shape[1] for c in nb_parts)
             self.cost = NeighborCost.from_lists(np.concatenate([c[:, :width] for c in nb_parts]),
@@ -161,7 +169,7 @@ class Shard:
         Returns ``(top, n_edges, largest breakpoint, quantiles of the breakpoints, seconds, summed
         drops of all breakpoints, CPU seconds of this thread)``; ``top`` is the summed cost of every column's hull top (the
         cheapest argmax at eta = 0+)."""
-        from budro.solvers._dual_plan import _upper_hulls, tie_margin
+        from budro.solvers._dual_plan import tie_margin
         from budro.solvers._dual_sparse import list_candidates, sparse_layout
         from budro.transport import TransportProblem
 
@@ -172,18 +180,11 @@ class Shard:
         cand, _ = list_candidates(self.solver, layout, self.losses, self.n, eps, tau)
         self.cand = cand
         self.scale = float(scale)
-        # The exact hulls' breakpoints, as DualSolver's breakpoint_eta reads them.
-        _, cols, R, C = _upper_hulls(cand.rows, cand.cols, cand.R, cand.C, 0.0, cand.starts.size)
-        last = np.empty(cols.size, dtype=bool)
-        last[-1] = True
-        np.not_equal(cols[1:], cols[:-1], out=last[:-1])
-        top = float(C[last].sum())
-        inner = ~last[:-1]
-        dC = (C[1:] - C[:-1])[inner]
-        dR = (R[1:] - R[:-1])[inner]
-        useful = dC > 0.0
-        e = np.maximum(dR[useful] / dC[useful], 0.0)
-        dC = dC[useful]
+        if cand.edges is not None:  # the compiled kernel read the exact hulls' breakpoints off already
+            e, dC, last_cost = cand.edges
+            top = float(last_cost.sum())
+        else:  # the exact hulls' breakpoints, as DualSolver's breakpoint_eta reads them
+            top, e, dC = _hull_edges(cand)
         order = np.argsort(e)
         self.E, self.D = e[order], np.cumsum(dC[order])
         return (top, int(self.E.size), float(self.E[-1]) if self.E.size else 0.0,
@@ -300,6 +301,24 @@ class Shard:
                 "neighbor_costs": self.cost.neighbor_costs, "losses": self.recorded_losses}
 
 
+def _hull_edges(cand) -> tuple[float, np.ndarray, np.ndarray]:
+    """The exact (tau = 0) upper hulls of the candidates, column by column: (summed cost of the
+    hull tops, breakpoints, cost drops), as :func:`budro.solvers._dual_plan.breakpoint_eta` reads
+    them (the numpy path; the compiled kernel returns them with the candidates)."""
+    from budro.solvers._dual_plan import _upper_hulls
+
+    _, cols, R, C = _upper_hulls(cand.rows, cand.cols, cand.R, cand.C, 0.0, cand.starts.size)
+    last = np.empty(cols.size, dtype=bool)
+    last[-1] = True
+    np.not_equal(cols[1:], cols[:-1], out=last[:-1])
+    top = float(C[last].sum())
+    inner = ~last[:-1]
+    dC = (C[1:] - C[:-1])[inner]
+    dR = (R[1:] - R[:-1])[inner]
+    useful = dC > 0.0
+    return top, np.maximum(dR[useful] / dC[useful], 0.0), dC[useful]
+
+
 # -- tasks on the input blocks (plain functions, run by dask on the workers) ----------------
 
 def codes(X: np.ndarray, edges: list) -> np.ndarray:
@@ -337,7 +356,17 @@ def take_rows(X: Any, y: Any, cell: Any, offset: int, wanted: list, classes: np.
     mask = np.isin(cell, np.asarray(wanted, dtype=cell.dtype))
     idx = np.flatnonzero(mask)
     y_enc = np.searchsorted(classes, np.asarray(y)[idx])
-    return idx + offset, np.asarray(X, dtype=np.float64)[idx], y_enc.astype(np.int32), cell[idx]
+    return idx + offset, _float_rows(X, idx), y_enc.astype(np.int32), cell[idx]
+
+
+def _float_rows(X: Any, idx: np.ndarray) -> np.ndarray:
+    """Rows ``idx`` of a block as floats: float32 and float64 blocks keep their type (every
+    float32 value is a float64 exactly, so the fit is the same at half the memory), other
+    numbers become float64."""
+    X = np.asarray(X)
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    return X[idx]
 
 
 def sample_rows(X: Any, y: Any, idx: np.ndarray) -> tuple:
@@ -366,6 +395,19 @@ def fit_metric(learner: Any, protected: tuple, classes: np.ndarray, random_state
 
 def embed_block(X: Any, metric: Any) -> np.ndarray:
     return np.asarray(metric.embed(np.asarray(X, dtype=np.float64)), dtype=np.float64)
+
+
+def embed_rows(X: np.ndarray, metric: Any, rows_per_pass: int = 65536) -> np.ndarray:
+    """The fair-metric embedding of every row (float64), ``rows_per_pass`` rows at a time (no
+    float64 copy of the whole of a float32 ``X``)."""
+    first = embed_block(X[:rows_per_pass], metric)
+    if X.shape[0] <= rows_per_pass:
+        return first
+    Z = np.empty((X.shape[0], first.shape[1]))
+    Z[:first.shape[0]] = first
+    for start in range(rows_per_pass, X.shape[0], rows_per_pass):
+        Z[start:start + rows_per_pass] = embed_block(X[start:start + rows_per_pass], metric)
+    return Z
 
 
 def fit_partitioner(parts: list, n_partitions: int, random_state: int) -> Any:

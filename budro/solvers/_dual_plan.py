@@ -64,6 +64,11 @@ class _Candidates:
     #: For a reduced problem, what maps its evaluation back to the problem's own columns
     #: (:meth:`budro.solvers._dual_lists.Reduction.expand`, bound to this round's losses).
     expand: Any = None
+    #: ``(e, dc, top)`` where the compiled kernel made the candidates: the exact hulls' breakpoints
+    #: and cost drops (times the weights), in column order, and each column's largest hull cost --
+    #: what :func:`breakpoint_eta` computes from the candidates otherwise.  Views into the
+    #: kernel's workspace: valid until the next solve on the same layout.
+    edges: tuple | None = None
 
 
 # Position of a point relative to the minimiser of g.

@@ -218,7 +218,7 @@ def sparse_candidates_compiled(solver, layout: _SparseLayout, losses: np.ndarray
     need = total - n_total * eps
     eta = 0.0 if need <= 0.0 else layout.breakpoint(edge_e, edge_dc, need)
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta, compiled=True,
-                       weights=layout.weights), n_dom
+                       weights=layout.weights, edges=(edge_e, edge_dc, last_cost)), n_dom
 
 
 #: Rounds of drift the first warm lists are pruned for; adapted between 1 and _WARM_MAX_HORIZON.
