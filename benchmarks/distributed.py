@@ -501,8 +501,9 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append({"kind": "failed", "rows": n, "workers": w, "rounds": r, "partitions_given": p,
                                  "error": f"{type(exc).__name__}: {str(exc)[:300]}",
                                  "memory_limit": args.memory_limit, "load_after": os.getloadavg()[0]})
-                print(f"dask {n} x {w} workers: fit {runs[-1]['fit_s']:.1f} s, peak {runs[-1]['peak_mib']} MiB",
-                      flush=True)
+                else:
+                    print(f"dask {n} x {w} workers: fit {runs[-1]['fit_s']:.1f} s, peak {runs[-1]['peak_mib']} MiB",
+                          flush=True)
                 merge_results(results, runs[-1:])
         if runs and runs[0]["kind"] == "single":
             merge_results(results, runs[:1])

@@ -303,7 +303,7 @@ class TableEncoder:
 
     # -- fitting ---------------------------------------------------------------------------
     def fit(self, X: Any, *, protected: Sequence[str | int] = (), native_categorical: bool,
-            native_missing: bool = True) -> "TableEncoder":
+            native_missing: bool = True, categories: dict[str, Iterable[str]] | None = None) -> "TableEncoder":
         """Record the schema of the training table ``X`` and fit the encodings on its rows.
 
         Parameters
@@ -317,6 +317,11 @@ class TableEncoder:
             True: missing numeric values reach the booster as NaN.  False: they are replaced by the
             training median (for a booster that refuses NaN).  Codes need NaN, so
             ``native_categorical`` requires ``native_missing``.
+        categories : dict column -> strings, optional
+            Categories of categorical columns seen on more rows than ``X`` (a distributed fit
+            fits the encoder on a sample and counts the categories on every row): each such
+            column's categories are these and those of ``X``, sorted.  The statistics (medians,
+            means, most frequent categories) are those of ``X``.
         """
         from sklearn.impute import SimpleImputer
         from sklearn.pipeline import make_pipeline
@@ -339,21 +344,27 @@ class TableEncoder:
         if len(set(names)) != len(names):
             dup = next(c for c in names if names.count(c) > 1)
             raise ValidationError(f"X has the column {dup!r} twice")
-        categories: dict[str, tuple[str, ...]] = {}
+        extra = {} if categories is None else dict(categories)
+        kinds = {c.name: c.kind for c in cols}
+        for name in extra:
+            if kinds.get(name) != "categorical":
+                raise ValidationError(f"categories: {name!r} is not a categorical column of X")
+        found: dict[str, tuple[str, ...]] = {}
         for c in cols:
             if c.missing.all():
                 raise ValidationError(
                     f"column {c.name!r} has no values (every row is missing); drop it before fitting"
                 )
             if c.kind == "categorical":
-                cats = sorted(set(c.values[~c.missing]))
+                cats = sorted(set(c.values[~c.missing]) | {str(v) for v in extra.get(c.name, ())})
                 if len(cats) > self.max_categories:
                     raise ValidationError(
                         f"column {c.name!r} has {len(cats)} distinct values (more than max_categories="
                         f"{self.max_categories}); it looks like an identifier or free text: drop it, or raise "
                         f"max_categories if it really is a category"
                     )
-                categories[c.name] = tuple(cats)
+                found[c.name] = tuple(cats)
+        categories = found
         self.columns_ = tuple(names)
         self.kinds_ = {c.name: c.kind for c in cols}
         self.dtypes_ = {c.name: c.dtype for c in cols}

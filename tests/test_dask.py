@@ -216,6 +216,131 @@ def test_dataframe_and_in_memory_inputs(client):
     assert np.abs(a.predict_proba(ddf).compute() - single.predict_proba(df)).max() <= 1e-6
 
 
+# -- tables: strings, categories, booleans, missing values ------------------------------------
+
+def _table(n=1200, seed=0):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({
+        "age": rng.normal(40, 10, n),
+        "income": np.where(rng.random(n) < 0.1, np.nan, rng.normal(50, 15, n)),
+        "job": rng.choice(["a", "b", "c", "d"], n).astype(object),
+        "sex": rng.choice(["F", "M"], n).astype(object),
+        "city": pd.Categorical(rng.choice(["x", "y", "z"], n)),
+        "owner": rng.random(n) < 0.3,
+    })
+    df.loc[rng.random(n) < 0.05, "job"] = None
+    y = ((df["age"] - 40) / 10 + (df["job"] == "a") + rng.normal(size=n) > 0.5).astype(int).to_numpy()
+    return df, y
+
+
+def _dask_table(df, y, npartitions=3):
+    import dask
+
+    with dask.config.set({"dataframe.convert-string": False}):  # the columns' own dtypes
+        return (dd.from_pandas(df, npartitions=npartitions, sort=False),
+                dd.from_pandas(pd.Series(y), npartitions=npartitions, sort=False))
+
+
+TABLE_PARAMS = {**PARAMS, "protected": ["sex"]}
+
+
+def test_table_on_one_partition_is_the_single_machine_model(client, tmp_path):
+    """A dask DataFrame with text, categorical, boolean columns and missing values goes through
+    the same TableEncoder as BuDROClassifier (fitted on every row with metric_sample=None): the
+    same encoder, rounds and model; the local model keeps the encoder, saves and loads."""
+    from budro.persist import load_model, save_model
+
+    df, y = _table()
+    ddf, dys = _dask_table(df, y)
+    est = _quiet(DaskBuDROClassifier(client=client, n_partitions=1, **TABLE_PARAMS).fit, ddf, dys)
+    single = _quiet(BuDROClassifier(**TABLE_PARAMS).fit, df, y)
+    assert est.table_ is not None and est.table_.categories_ == single.table_.categories_
+    assert list(est.feature_names_in_) == list(df.columns) and est.protected_indices_ == (3,)
+    assert est.table_.categorical_features_ == single.table_.categorical_features_ != ()
+    for a, b in zip(est.history_, single.history_):
+        assert a.robust_loss == pytest.approx(b.robust_loss, abs=1e-12)
+        assert a.eta == pytest.approx(b.eta, rel=1e-12) and a.eta > 0
+    proba = est.predict_proba(ddf)
+    assert isinstance(proba, da.Array)
+    assert np.abs(proba.compute() - single.predict_proba(df)).max() <= 1e-6
+    assert np.abs(est.predict_proba(df) - single.predict_proba(df)).max() <= 1e-6
+    np.testing.assert_array_equal(est.predict(ddf).compute(), single.predict(df))
+    path = tmp_path / "table.budro"
+    save_model(est.to_local(), path)
+    loaded = load_model(path)
+    assert loaded.table_ is not None
+    assert np.abs(loaded.predict_proba(df) - single.predict_proba(df)).max() <= 1e-6
+    # in-memory pandas input is scattered as a table too
+    again = _quiet(DaskBuDROClassifier(client=client, n_partitions=1, **TABLE_PARAMS).fit, df, y)
+    assert np.abs(again.predict_proba(df) - single.predict_proba(df)).max() <= 1e-6
+
+
+def test_table_on_several_partitions_each_round_is_the_dual_solve_on_the_union(client):
+    """Two partitions of a table: category codes go to XGBoost as they are (not quantile coded),
+    missing values stay missing in the codes; every round is DualSolver's on the union of the
+    lists, and the local model (raw table in, thresholds mapped back) gives the margins of one
+    machine trained with those plans on the coded booster matrix."""
+    from budro.backends.xgboost import XGBoostBackend
+    from budro.dask._shard import codes
+
+    df, y = _table(seed=2)
+    ddf, dys = _dask_table(df, y)
+    est = DaskBuDROClassifier(client=client, n_partitions=2, **TABLE_PARAMS)
+    est._record = True
+    _quiet(est.fit, ddf, dys)
+    cat = est.table_.categorical_features_
+    assert cat and all(est.bin_edges_[j] is None for j in cat)
+    assert all(est.bin_edges_[j] is not None for j in range(len(est.bin_edges_)) if j not in cat)
+    B = est.table_.booster_matrix(df)
+    coded = codes(B, est.bin_edges_)
+    assert np.isnan(coded).sum() == np.isnan(B).sum() > 0  # missing stays missing
+    rows0, _ = _union_problem(est, 0)
+    backend = XGBoostBackend(max_depth=3, nthread=1)
+    backend.start(coded[rows0], y[rows0], 2, random_state=0, categorical_features=cat)
+    solver = DualSolver()
+    for t, record in enumerate(est.history_):
+        _, problem = _union_problem(est, t)
+        np.testing.assert_allclose(problem.losses, backend.losses(), atol=1e-6)
+        result = solver.solve(problem)
+        assert record.robust_loss == pytest.approx(result.objective, abs=1e-12) and record.eta > 0
+        backend.step(result.weights)
+    local = est.to_local()
+    margins = backend.predict_margin(coded[rows0])
+    assert np.abs(local.decision_margin(df.iloc[rows0]) - margins).max() <= 1e-5
+    assert np.abs(local.predict_proba(df) - est.predict_proba(ddf).compute()).max() <= 1e-6
+
+
+def test_table_categories_come_from_every_row(client):
+    """With metric_sample the encoder's statistics come from the sample, its categories from
+    every row: a category absent from the sample is still a category of the model."""
+    df, y = _table(n=1500, seed=5)
+    df.loc[7, "job"] = "rare"
+    ddf, dys = _dask_table(df, y)
+    params = {**TABLE_PARAMS, "n_steps": 1}
+    est = _quiet(DaskBuDROClassifier(client=client, n_partitions=1, metric_sample=200, **params).fit, ddf, dys)
+    assert "rare" in est.table_.categories_["job"]
+    with pytest.raises(ValidationError, match="'job' has more than max_categories=3"):
+        DaskBuDROClassifier(client=client, max_categories=3, **params).fit(ddf, dys)
+    with pytest.raises(ValidationError, match="preprocessing='none' takes numeric columns only"):
+        DaskBuDROClassifier(client=client, preprocessing="none", **params).fit(ddf, dys)
+    with pytest.raises(ValidationError, match="protected attribute 'gender' is not a column"):
+        _quiet(DaskBuDROClassifier(client=client, **{**params, "protected": ["gender"]}).fit, ddf, dys)
+
+
+def test_missing_values_in_an_array_go_through_the_table_encoder(client):
+    X, y = _data(n=900, seed=6)
+    X[::17, 2] = np.nan
+    params = {**PARAMS, "n_steps": 2}
+    est = _quiet(DaskBuDROClassifier(client=client, n_partitions=1, **params).fit, *_dask(X, y, rows=300))
+    single = _quiet(BuDROClassifier(**params).fit, X, y)
+    assert est.table_ is not None and single.table_ is not None
+    assert np.abs(est.predict_proba(X) - single.predict_proba(X)).max() <= 1e-6
+    dX, dy = _dask(X, y, rows=300)
+    assert np.abs(est.predict_proba(dX).compute() - single.predict_proba(X)).max() <= 1e-6
+    with pytest.raises(ValidationError, match="preprocessing='none' takes numeric data without missing values"):
+        DaskBuDROClassifier(client=client, preprocessing="none", **params).fit(dX, dy)
+
+
 def test_importing_budro_dask_does_not_import_dask():
     import subprocess
     import sys
@@ -235,14 +360,14 @@ def test_bad_inputs_fail_before_work(client):
         est.fit(dX[dX[:, 0] > 0], dy[dX[:, 0] > 0])
     with pytest.raises(ValidationError, match="must hold numbers"):
         est.fit(da.from_array(X.astype(str), chunks=(200, 5)), dy)
-    with pytest.raises(ValidationError, match="non-numeric columns"):
-        est.fit(dd.from_pandas(pd.DataFrame({"a": ["x"] * 600, "b": X[:, 0]}), npartitions=2), dy)
     with pytest.raises(ValidationError, match="600 rows but y has 599"):
         est.fit(dX, dy[:599])
     bad = X.copy()
-    bad[5, 2] = np.nan
-    with pytest.raises(ValidationError, match="missing"):
+    bad[5, 2] = np.inf
+    with pytest.raises(ValidationError, match="1 infinite"):
         est.fit(da.from_array(bad, chunks=(200, 5)), dy)
+    with pytest.raises(ValidationError, match="preprocessing must be one of"):
+        DaskBuDROClassifier(client=client, preprocessing="onehot", **PARAMS).fit(dX, dy)
     with pytest.raises(ValidationError, match="at least 2 classes"):
         est.fit(dX, da.zeros(600, chunks=200, dtype=int))
     with pytest.raises(ValidationError, match="n_neighbors set to an integer"):

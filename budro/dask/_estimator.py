@@ -265,10 +265,11 @@ class DaskBuDROClassifier(BuDROClassifier):
         if self.random_state is not None and (
                 isinstance(self.random_state, bool) or not isinstance(self.random_state, numbers.Integral)):
             raise ValidationError(f"random_state must be an integer or None, got {self.random_state!r}")
-        if self.preprocessing not in ("auto", "none"):
-            raise ValidationError(
-                f"preprocessing must be 'auto' or 'none' for DaskBuDROClassifier (numeric features without missing "
-                f"values; the table encoder is fitted in memory on one machine), got {self.preprocessing!r}")
+        from budro.estimator import PREPROCESSING
+
+        if self.preprocessing not in PREPROCESSING:
+            raise ValidationError(f"preprocessing must be one of {', '.join(map(repr, PREPROCESSING))}, "
+                                  f"got {self.preprocessing!r}")
         if self.n_partitions is not None and (isinstance(self.n_partitions, bool) or not isinstance(
                 self.n_partitions, numbers.Integral) or self.n_partitions < 1):
             raise ValidationError(f"n_partitions must be an integer >= 1 or None (one per worker), got {self.n_partitions!r}")
@@ -328,11 +329,21 @@ class DaskBuDROClassifier(BuDROClassifier):
         import dask.dataframe as dd
 
         names = None
+        table = fit and self.preprocessing == "table" or not fit and getattr(self, "table_", None) is not None
+        if not _is_dask(X) and hasattr(X, "columns") and hasattr(X, "dtypes") and (
+                table or self.preprocessing == "auto" and any(not _numeric(t) for t in X.dtypes)):
+            X = _scatter_table(X, client)  # a pandas table: a dask DataFrame of one partition per worker
         if isinstance(X, dd.DataFrame):
             bad = [str(c) for c, t in X.dtypes.items() if not _numeric(t)]
+            if table or bad and self.preprocessing == "auto" and fit:
+                T = _Table.from_frame(X, client)
+                return T, (self._as_dask_y(y, T, client) if fit else None)
             if bad:
-                raise ValidationError(f"X has non-numeric columns {bad[:5]}: DaskBuDROClassifier takes numeric columns "
-                                      f"only (no table preprocessing on a cluster); encode them first")
+                raise ValidationError(
+                    f"X has non-numeric columns {bad[:5]}: " + (
+                        "this model was trained on numeric data without table preprocessing; pass the same kind of "
+                        "data" if not fit else "preprocessing='none' takes numeric columns only; use "
+                        "preprocessing='auto' or 'table' (budro.tables.TableEncoder, fitted on the workers' rows)"))
             names = np.asarray([str(c) for c in X.columns], dtype=object)
             X = X.to_dask_array(lengths=True)
         elif isinstance(X, da.Array):
@@ -342,12 +353,15 @@ class DaskBuDROClassifier(BuDROClassifier):
                 raise ValidationError("X has unknown chunk sizes (e.g. after boolean indexing): call "
                                       "X.compute_chunk_sizes() first, or pass a dask DataFrame")
             if X.dtype.kind not in "biuf":
-                raise ValidationError(f"X must hold numbers, got dtype {X.dtype}: DaskBuDROClassifier takes numeric "
-                                      f"features only (no table preprocessing on a cluster)")
+                raise ValidationError(f"X must hold numbers, got dtype {X.dtype}: a dask array of strings or objects "
+                                      f"has no column types; pass a dask DataFrame (table preprocessing)")
         else:
             X = self._scatter_X(X, client)
         if X.numblocks[1] > 1:
             X = X.rechunk({1: -1})
+        if table:
+            T = _Table.from_array(X)
+            return T, (self._as_dask_y(y, T, client) if fit else None)
         if fit:
             y = self._as_dask_y(y, X, client)
             if names is not None:
@@ -403,8 +417,8 @@ class DaskBuDROClassifier(BuDROClassifier):
             raise ValidationError(f"y must be 1-D (one label per row), got shape {y.shape}")
         if y.shape[0] != X.shape[0]:
             raise ValidationError(f"X has {X.shape[0]} rows but y has {y.shape[0]} labels")
-        if y.chunks[0] != X.chunks[0]:
-            y = y.rechunk((X.chunks[0],))
+        if tuple(y.chunks[0]) != tuple(X.chunks[0]):
+            y = y.rechunk((tuple(X.chunks[0]),))
         return y
 
     # ------------------------------------------------------------------ fit
@@ -425,12 +439,21 @@ class DaskBuDROClassifier(BuDROClassifier):
         if names is not None:
             self.feature_names_in_ = names
         N, d = int(X.shape[0]), int(X.shape[1])
-        stats = client.gather(client.compute([dask.delayed(_shard.block_stats)(xb, yb)
-                                              for xb, yb in zip(X.to_delayed().ravel(), y.to_delayed().ravel())]))
-        bad = sum(s["nonfinite"] for s in stats)
-        if bad:
-            raise ValidationError(f"X has {bad} missing (NaN) or infinite values: DaskBuDROClassifier takes numeric "
-                                  f"data without missing values (no table preprocessing on a cluster)")
+        if N < 2:
+            raise ValidationError(f"DaskBuDROClassifier needs at least 2 rows, got {N}")
+        table = isinstance(X, _Table)
+        stats = self._block_stats(X, y, client)
+        if not table:
+            bad = sum(s["nonfinite"] for s in stats)
+            nan = sum(s["nan"] for s in stats)
+            if bad and nan == bad and self.preprocessing == "auto":  # missing values: the table encoder
+                X, table = _Table.from_array(X), True
+                stats = self._block_stats(X, y, client)
+            elif bad:
+                raise ValidationError(
+                    f"X has {bad - nan} infinite and {nan} missing (NaN) values" + (
+                        ": preprocessing='none' takes numeric data without missing values; use preprocessing='auto' "
+                        "or 'table' for missing values" if nan == bad else ": replace or drop the infinite ones"))
         missing = sum(s["y_missing"] for s in stats)
         if missing:
             raise ValidationError(f"y has {missing} missing labels; drop those rows")
@@ -442,22 +465,30 @@ class DaskBuDROClassifier(BuDROClassifier):
             raise ValidationError(f"DaskBuDROClassifier needs at least 2 classes in y; got {classes.size}: "
                                   f"{classes.tolist()}")
         self.classes_ = classes
-        self.n_features_in_ = d
-        self.table_ = None
-        self.protected_indices_ = self._protected_indices()
         m = p["n_neighbors"]
-        if N < 2:
-            raise ValidationError(f"DaskBuDROClassifier needs at least 2 rows, got {N}")
+        seed = int(self.random_state or 0)
+        if table:
+            encoder_args = self._table_args(stats)
+        else:
+            self.n_features_in_ = d
+            self.table_ = None
+            self.protected_indices_ = self._protected_indices()
         timings["check"] = time.perf_counter() - t0
 
-        # -- fair metric
+        # -- fair metric (and with a table, its encoder), on the metric_sample rows
         t0 = time.perf_counter()
-        seed = int(self.random_state or 0)
         idx = _sample_index(N, self.metric_sample, seed)
-        parts = [dask.delayed(_shard.sample_rows)(xb, yb, i)
-                 for (xb, i), yb in _paired(X, y, idx)]
-        metric, budget, _ = client.compute(dask.delayed(_shard.fit_metric)(
-            p["metric"], self.protected_indices_, classes, seed, parts)).result()
+        if table:
+            parts = [dask.delayed(_shard.sample_table)(xb, yb, i) for (xb, i), yb in _paired(X, y, idx)]
+            encoder, metric, budget, _ = client.compute(dask.delayed(_shard.fit_table_metric)(
+                p["metric"], tuple(self.protected or ()), classes, seed, parts, encoder_args)).result()
+            self._set_table(encoder)
+            XB, XM = self._encode_blocks(X, encoder, client)
+        else:
+            parts = [dask.delayed(_shard.sample_rows)(xb, yb, i) for (xb, i), yb in _paired(X, y, idx)]
+            metric, budget, _ = client.compute(dask.delayed(_shard.fit_metric)(
+                p["metric"], self.protected_indices_, classes, seed, parts)).result()
+            XB = XM = X
         self.fair_metric_ = metric
         self.budget_ = budget
         self.eps_scale_ = budget.nn_scale
@@ -472,18 +503,18 @@ class DaskBuDROClassifier(BuDROClassifier):
         if not workers:
             raise ValidationError("the Dask cluster has no workers")
         P = int(self.n_partitions or len(workers))
-        if P > 1 and self.partitioning == "kmeans" and _embedding_dim(metric, X.shape[1]) == 0:
+        if P > 1 and self.partitioning == "kmeans" and _embedding_dim(metric, XM.shape[1]) == 0:
             raise ValidationError(
                 "partitioning='kmeans' arranges rows by fair-metric locality, but the fitted fair metric's embedding "
                 "has no dimensions (the protected directions span every feature: all points are at fair distance 0, "
                 "see DegenerateFairMetricWarning); use partitioning='blocks' or n_partitions=1, or protect fewer "
                 "features"
             )
-        ctx = {"X": X, "n": N, "n_partitions": P, "metric": metric, "seed": seed, "client": client}
+        ctx = {"X": XM, "n": N, "n_partitions": P, "metric": metric, "seed": seed, "client": client}
         if P == 1:
             import dask.array as da
 
-            cells = da.zeros(N, chunks=X.chunks[0], dtype=np.int64)
+            cells = da.zeros(N, chunks=XM.chunks[0], dtype=np.int64)
         else:
             cells, _ = PARTITIONINGS[self.partitioning](self, ctx)
         cells = client.persist(cells)
@@ -512,22 +543,26 @@ class DaskBuDROClassifier(BuDROClassifier):
         # -- features: raw on one shard, global quantile codes on several
         t0 = time.perf_counter()
         self.bin_edges_ = None
+        categorical = tuple(self.table_.categorical_features_) if table else ()
         if n_shards > 1:
             n_codes = int(p["backend"].params.get("max_bin", 256))
             bidx = _sample_index(N, BIN_SAMPLE, seed + 1)
-            bparts = [dask.delayed(_shard.sample_X)(xb, i) for xb, i in _blocks_with_index(X, bidx)]
-            self.bin_edges_ = client.compute(dask.delayed(_shard.bin_edges)(bparts, n_codes)).result()
+            bparts = [dask.delayed(_shard.sample_X)(xb, i) for xb, i in _blocks_with_index(XB, bidx)]
+            self.bin_edges_ = client.compute(dask.delayed(_shard.bin_edges)(bparts, n_codes, categorical)).result()
         backend = _backend_for_workers(p["backend"], client, workers[:n_shards])
         spec = {"n_total": N, "n_classes": classes.size, "backend": backend, "solver": p["solver"], "metric": metric,
                 "n_neighbors": m, "bin_edges": self.bin_edges_, "random_state": self.random_state,
-                "record": bool(self._record), "threads": _worker_threads(client, workers[0])}
-        offsets = np.concatenate([[0], np.cumsum(X.chunks[0])])
-        blocks = list(zip(X.to_delayed().ravel(), y.to_delayed().ravel(), cells.to_delayed().ravel(), offsets[:-1]))
+                "record": bool(self._record), "threads": _worker_threads(client, workers[0]),
+                "categorical": categorical}
+        offsets = np.concatenate([[0], np.cumsum(XB.chunks[0])])
+        metric_blocks = XM.to_delayed().ravel() if table else [None] * len(offsets[:-1])
+        blocks = list(zip(XB.to_delayed().ravel(), y.to_delayed().ravel(), cells.to_delayed().ravel(), offsets[:-1],
+                          metric_blocks))
         actors = []
         try:
             for a in range(n_shards):
-                part_futures = client.compute([dask.delayed(_shard.take_rows)(xb, yb, cb, int(off), groups[a], classes)
-                                               for xb, yb, cb, off in blocks])
+                part_futures = client.compute([dask.delayed(_shard.take_rows)(xb, yb, cb, int(off), groups[a], classes, mb)
+                                               for xb, yb, cb, off, mb in blocks])
                 fut = client.submit(_shard.Shard, part_futures, spec, workers=[workers[a]], allow_other_workers=False,
                                     actor=True, pure=False)
                 actors.append(fut)
@@ -550,10 +585,84 @@ class DaskBuDROClassifier(BuDROClassifier):
             del shards, actors
         # -- neighbour recall (after training: it does not change the model)
         t0 = time.perf_counter()
-        self.neighbor_recall_ = 1.0 if P == 1 else _neighbor_recall(client, X, cells, metric, m, seed)
+        self.neighbor_recall_ = 1.0 if P == 1 else _neighbor_recall(client, XM, cells, metric, m, seed)
         timings["recall"] = time.perf_counter() - t0
         self.timings_ = timings
         return self
+
+    # ------------------------------------------------------------------ tables
+    def _block_stats(self, X: Any, y: Any, client: Any) -> list:
+        """One pass over the blocks on the workers: rows, non-finite values, labels (and, for a
+        table, its columns' kinds and categories)."""
+        import dask
+        from budro.dask import _shard
+
+        if isinstance(X, _Table):
+            tasks = [dask.delayed(_shard.table_stats)(xb, yb, int(self.max_categories))
+                     for xb, yb in zip(X.blocks, y.to_delayed().ravel())]
+        else:
+            tasks = [dask.delayed(_shard.block_stats)(xb, yb) for xb, yb in zip(_row_blocks(X), y.to_delayed().ravel())]
+        return client.gather(client.compute(tasks))
+
+    def _table_args(self, stats: list) -> dict:
+        """The encoder's arguments from the blocks' stats, checked before any long work: the same
+        columns and kinds in every block, every categorical column's categories over all rows (at
+        most ``max_categories``), the booster's handling of categories and missing values."""
+        from budro import registry
+
+        if isinstance(self.max_categories, bool) or not isinstance(self.max_categories, numbers.Integral) \
+                or self.max_categories < 2:
+            raise ValidationError(f"max_categories must be an integer >= 2, got {self.max_categories!r}")
+        first = next((s for s in stats if s["n"]), stats[0])
+        for s in stats:
+            if not s["n"]:
+                continue
+            if s["columns"] != first["columns"]:
+                raise ValidationError(f"X's blocks have different columns: {first['columns']} and {s['columns']}")
+            if s["kinds"] != first["kinds"]:
+                col = next(c for c, a, b in zip(first["columns"], first["kinds"], s["kinds"]) if a != b)
+                raise ValidationError(f"column {col!r} reads as different kinds in different blocks of X (numbers in one, "
+                                      f"text in another): give it one dtype")
+        categories: dict[str, set] = {}
+        for s in stats:
+            for name, values in s["categories"].items():
+                categories.setdefault(name, set()).update(values)
+        for name, values in categories.items():
+            if len(values) > self.max_categories:
+                raise ValidationError(
+                    f"column {name!r} has more than max_categories={self.max_categories} distinct values; it looks like "
+                    f"an identifier or free text: drop it, or raise max_categories if it really is a category")
+        caps = registry.get("backend", self.backend).spec.capabilities
+        native_missing = "missing-values" in caps
+        return {"max_categories": int(self.max_categories), "native_missing": native_missing,
+                "native_categorical": native_missing and "native-categorical" in caps,
+                "categories": {k: sorted(v) for k, v in categories.items()}}
+
+    def _set_table(self, encoder: Any) -> None:
+        """The fitted encoder and what it says of the raw columns (as BuDROClassifier sets them)."""
+        self.table_ = encoder
+        self.n_features_in_ = len(encoder.columns_)
+        if encoder.has_names_:
+            self.feature_names_in_ = np.asarray(encoder.columns_, dtype=object)
+        elif hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        self.protected_indices_ = tuple(encoder.columns_.index(c) for c in encoder.protected_columns_)
+
+    def _encode_blocks(self, X: "_Table", encoder: Any, client: Any) -> tuple[Any, Any]:
+        """The table's booster matrix and metric matrix as dask arrays of the same row blocks,
+        encoded and persisted on the workers."""
+        import dask
+        import dask.array as da
+        from budro.dask import _shard
+
+        db, dm = len(encoder.booster_feature_names_), len(encoder.metric_feature_names_)
+        xb, xm = [], []
+        for block, rows in zip(X.blocks, X.lengths):
+            pair = dask.delayed(_shard.table_matrices, nout=2, pure=True)(block, encoder)
+            xb.append(da.from_delayed(pair[0], shape=(rows, db), dtype=np.float64))
+            xm.append(da.from_delayed(pair[1], shape=(rows, dm), dtype=np.float64))
+        XB, XM = client.persist([da.concatenate(xb), da.concatenate(xm)])
+        return XB, XM
 
     def _train(self, shards: Shards, client: Any, p: dict, N: int, timings: dict) -> None:
         from budro.dask._shard import Shard  # noqa: F401  (the actors' class)
@@ -656,10 +765,16 @@ class DaskBuDROClassifier(BuDROClassifier):
         local.n_features_in_ = self.n_features_in_
         if hasattr(self, "feature_names_in_"):
             local.feature_names_in_ = self.feature_names_in_
-        local.table_ = None
+        local.table_ = self.table_
         local.protected_indices_ = self.protected_indices_
         backend = copy.deepcopy(p["backend"])  # the user's backend, never started
-        backend.load_native_bytes(model, n_classes=int(self.classes_.size), n_features=int(self.n_features_in_))
+        if self.table_ is None:
+            n_booster, categorical = int(self.n_features_in_), ()
+        else:
+            n_booster = len(self.table_.booster_feature_names_)
+            categorical = tuple(self.table_.categorical_features_)
+        backend.load_native_bytes(model, n_classes=int(self.classes_.size), n_features=n_booster,
+                                  categorical_features=categorical)
         local.backend_ = backend
         local.solver_ = p["solver"]
         local.fair_metric_ = self.fair_metric_
@@ -699,6 +814,14 @@ class DaskBuDROClassifier(BuDROClassifier):
         if _is_dask(X):
             client = self._get_client()
             Xd, _ = self._as_dask(X, None, client, fit=False)
+            if isinstance(Xd, _Table):  # the local model encodes each block with its table encoder
+                import dask
+                import dask.array as da
+
+                K = int(self.classes_.size)
+                blocks = [da.from_delayed(dask.delayed(_predict_table_block)(b, self._local), shape=(r, K),
+                                          dtype=np.float64) for b, r in zip(Xd.blocks, Xd.lengths)]
+                return da.concatenate(blocks)
             if Xd.shape[1] != self.n_features_in_:
                 raise ValidationError(f"X has {Xd.shape[1]} features, but this model was fitted on {self.n_features_in_}")
             K = int(self.classes_.size)
@@ -724,6 +847,53 @@ class DaskBuDROClassifier(BuDROClassifier):
         return state
 
 
+@dataclass
+class _Table:
+    """A table to encode on the workers (``budro.tables.TableEncoder``): the row blocks of a dask
+    DataFrame (its partitions) or of a dask array, as delayed objects, with their row counts."""
+
+    blocks: list
+    lengths: tuple
+    n_columns: int
+
+    @classmethod
+    def from_frame(cls, X: Any, client: Any = None) -> "_Table":
+        lengths = X.map_partitions(len)
+        lengths = client.compute(lengths).result() if client is not None else lengths.compute()
+        return cls(list(X.to_delayed()), tuple(int(v) for v in lengths), len(X.columns))
+
+    @classmethod
+    def from_array(cls, X: Any) -> "_Table":
+        return cls(list(X.to_delayed().ravel()), tuple(int(c) for c in X.chunks[0]), int(X.shape[1]))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return sum(self.lengths), self.n_columns
+
+    @property
+    def chunks(self) -> tuple:
+        return self.lengths, (self.n_columns,)
+
+
+def _scatter_table(X: Any, client: Any) -> Any:
+    """An in-memory DataFrame (pandas, or anything with ``to_pandas``) as a dask DataFrame of one
+    partition per worker, its columns' own dtypes kept, persisted on the workers."""
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+
+    if not isinstance(X, pd.DataFrame):
+        to_pandas = getattr(X, "to_pandas", None)
+        if to_pandas is None:
+            raise ValidationError(f"X must be a dask or pandas DataFrame, a dask array or an array, got "
+                                  f"{type(X).__name__}")
+        X = to_pandas()
+    n_workers = max(1, len(client.scheduler_info()["workers"]))
+    with dask.config.set({"dataframe.convert-string": False}):
+        frame = dd.from_pandas(X.reset_index(drop=True), npartitions=max(1, min(n_workers, len(X))), sort=False)
+    return client.persist(frame)
+
+
 def _numeric(t: Any) -> bool:
     try:
         from pandas.api.types import is_bool_dtype, is_numeric_dtype
@@ -737,9 +907,14 @@ def _is_dask(X: Any) -> bool:
     return hasattr(X, "__dask_graph__") and callable(getattr(X, "__dask_graph__"))
 
 
+def _row_blocks(X: Any) -> list:
+    """The row blocks of a dask array, or a :class:`_Table`'s, as delayed objects."""
+    return list(X.blocks) if isinstance(X, _Table) else list(X.to_delayed().ravel())
+
+
 def _paired(X: Any, y: Any, idx: np.ndarray):
     offsets = np.concatenate([[0], np.cumsum(X.chunks[0])])
-    for xb, yb, start, stop in zip(X.to_delayed().ravel(), y.to_delayed().ravel(), offsets[:-1], offsets[1:]):
+    for xb, yb, start, stop in zip(_row_blocks(X), y.to_delayed().ravel(), offsets[:-1], offsets[1:]):
         lo, hi = np.searchsorted(idx, [start, stop])
         if hi > lo:
             yield (xb, idx[lo:hi] - start), yb
@@ -750,6 +925,16 @@ def _predict_block(X: np.ndarray, local: BuDROClassifier) -> np.ndarray:
 
     # the block has the fitted number of columns (checked on the client); no names to compare
     return local.backend_.predict_proba(np.asarray(X, dtype=np.float64))
+
+
+def _predict_table_block(X: Any, local: BuDROClassifier) -> np.ndarray:
+    import warnings
+
+    from budro.tables import UnseenCategoryWarning
+
+    with warnings.catch_warnings():  # one warning per block on the workers would be lost there
+        warnings.simplefilter("ignore", UnseenCategoryWarning)
+        return np.asarray(local.predict_proba(X), dtype=np.float64)
 
 
 def _argmax_classes(P: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -797,6 +982,8 @@ def _thresholds_to_raw(model: bytes, edges: list) -> bytes:
             if child == -1:
                 continue
             e = edges[feats[i]]
+            if e is None:  # a categorical split (category codes are not coded again)
+                continue
             k = math.ceil(float(np.float32(conds[i]))) - 1
             conds[i] = -big if k < 0 else (big if k >= len(e) else float(e[k]))
     return json.dumps(doc).encode()

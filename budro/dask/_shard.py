@@ -60,10 +60,13 @@ class Shard:
         X = np.concatenate([p[1] for p in parts])  # float32 or float64 as the input (see take_rows)
         y = np.concatenate([p[2] for p in parts]).astype(np.intp)
         cell = np.concatenate([p[3] for p in parts]).astype(np.int64)
+        # the fair metric's input: the table encoder's metric matrix, or the features themselves
+        M = np.concatenate([p[4] for p in parts]) if len(parts[0]) > 4 and parts[0][4] is not None else None
         del parts
         order = np.lexsort((rows, cell))  # by cell, then by global row (one cell: the input order)
         if np.any(order[1:] < order[:-1]):
             rows, X, y, cell = rows[order], X[order], y[order], cell[order]
+            M = None if M is None else M[order]
         self.rows, self.y, self.cell = rows, y, cell
         del order
         self.n = len(self.rows)
@@ -76,7 +79,8 @@ class Shard:
         metric = spec["metric"]
         m = int(spec["n_neighbors"])
         threads = int(spec.get("threads") or 1)
-        Z = embed_rows(X, metric)
+        Z = embed_rows(X if M is None else M, metric)
+        del M
         cells, starts = np.unique(self.cell, return_index=True)
         bounds = list(starts) + [self.n]
         nb_parts, nc_parts = [], []
@@ -135,7 +139,8 @@ class Shard:
 
             collective.init(**collective_args)
             self.collective = True
-        self.backend.start(self.X, self.y, self.K, random_state=self.spec.get("random_state"))
+        self.backend.start(self.X, self.y, self.K, random_state=self.spec.get("random_state"),
+                           categorical_features=tuple(self.spec.get("categorical") or ()))
         self.X = None  # the training DMatrix holds the rows now
         return time.perf_counter() - t0
 
@@ -327,7 +332,13 @@ def codes(X: np.ndarray, edges: list) -> np.ndarray:
     X32 = np.asarray(X, dtype=np.float32)
     out = np.empty(X32.shape, dtype=np.float32)
     for j, e in enumerate(edges):
+        if e is None:  # a column of category codes: kept as it is
+            out[:, j] = X32[:, j]
+            continue
         out[:, j] = np.searchsorted(np.asarray(e, dtype=np.float32), X32[:, j], side="right")
+        missing = np.isnan(X32[:, j])
+        if missing.any():  # missing stays missing (XGBoost's default direction)
+            out[missing, j] = np.nan
     return out
 
 
@@ -335,9 +346,10 @@ def block_stats(X: Any, y: Any) -> dict:
     """Rows, non-finite features and the distinct labels of one block (checked before any work)."""
     X = np.asarray(X)
     y = np.asarray(y)
-    out = {"n": int(X.shape[0]), "ny": int(y.shape[0]), "nonfinite": 0, "y_missing": 0, "labels": None}
+    out = {"n": int(X.shape[0]), "ny": int(y.shape[0]), "nonfinite": 0, "nan": 0, "y_missing": 0, "labels": None}
     if X.dtype.kind in "biuf":
         out["nonfinite"] = int(X.size - np.count_nonzero(np.isfinite(X)))
+        out["nan"] = int(np.count_nonzero(np.isnan(X))) if out["nonfinite"] else 0
     if y.dtype.kind == "f":
         miss = np.isnan(y)
         out["y_missing"] = int(miss.sum())
@@ -350,13 +362,15 @@ def block_stats(X: Any, y: Any) -> dict:
     return out
 
 
-def take_rows(X: Any, y: Any, cell: Any, offset: int, wanted: list, classes: np.ndarray) -> tuple:
-    """The rows of one block whose cell is in ``wanted``: (global rows, X, encoded y, cells)."""
+def take_rows(X: Any, y: Any, cell: Any, offset: int, wanted: list, classes: np.ndarray, M: Any = None) -> tuple:
+    """The rows of one block whose cell is in ``wanted``: (global rows, X, encoded y, cells, rows
+    of the fair metric's input ``M``, or None where the metric reads ``X`` itself)."""
     cell = np.asarray(cell)
     mask = np.isin(cell, np.asarray(wanted, dtype=cell.dtype))
     idx = np.flatnonzero(mask)
     y_enc = np.searchsorted(classes, np.asarray(y)[idx])
-    return idx + offset, _float_rows(X, idx), y_enc.astype(np.int32), cell[idx]
+    return (idx + offset, _float_rows(X, idx), y_enc.astype(np.int32), cell[idx],
+            None if M is None else _float_rows(M, idx))
 
 
 def _float_rows(X: Any, idx: np.ndarray) -> np.ndarray:
@@ -367,6 +381,68 @@ def _float_rows(X: Any, idx: np.ndarray) -> np.ndarray:
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     return X[idx]
+
+
+# -- tables (string, categorical and boolean columns, missing values): budro.tables.TableEncoder
+
+def table_stats(X: Any, y: Any, max_categories: int) -> dict:
+    """:func:`block_stats` of a table block, with its columns' kinds and, per categorical column,
+    its distinct values (as the encoder compares them: strings; at most ``max_categories + 1``,
+    enough to tell a column with too many).  Infinite numbers are refused here, naming the column
+    (``budro.tables``' own check)."""
+    from budro.tables import _read_columns
+
+    cols, named = _read_columns(X, "X")
+    out = block_stats(np.zeros((len(cols[0].values) if cols else 0, 0)), y)
+    out["columns"] = [c.name for c in cols]
+    out["named"] = bool(named)
+    out["kinds"] = [c.kind for c in cols]
+    out["categories"] = {}
+    for c in cols:
+        if c.kind == "categorical":
+            values = np.unique(c.values[~c.missing].astype(str))
+            out["categories"][c.name] = values[:max_categories + 1].tolist()
+    return out
+
+
+def sample_table(X: Any, y: Any, idx: np.ndarray) -> tuple:
+    """Rows ``idx`` of a table block (a DataFrame keeps its columns and dtypes) and their labels."""
+    rows = X.iloc[idx] if hasattr(X, "iloc") else np.asarray(X)[idx]
+    return rows, np.asarray(y)[idx]
+
+
+def fit_table_metric(learner: Any, protected: tuple, classes: np.ndarray, random_state: int, parts: list,
+                     encoder_args: dict) -> tuple:
+    """Fit the table encoder on the rows given (with the categories counted on every row), then the
+    fair metric on their metric matrix: (encoder, metric, budget diagnosis, seconds)."""
+    from budro.tables import TableEncoder
+
+    t0 = time.perf_counter()
+    tables = [p[0] for p in parts]
+    if hasattr(tables[0], "iloc"):
+        import pandas as pd
+
+        T = pd.concat(tables, axis=0, ignore_index=True)
+    else:
+        T = np.concatenate(tables)
+    encoder = TableEncoder(max_categories=encoder_args["max_categories"]).fit(
+        T, protected=protected, native_categorical=encoder_args["native_categorical"],
+        native_missing=encoder_args["native_missing"], categories=encoder_args["categories"])
+    M = encoder.metric_matrix(T)
+    del T
+    metric, budget, _ = fit_metric(learner, encoder.protected_metric_indices_, classes, random_state,
+                                   [(M, np.concatenate([p[1] for p in parts]))])
+    return encoder, metric, budget, time.perf_counter() - t0
+
+
+def table_matrices(X: Any, encoder: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A table block as the booster sees it and as the fair metric does (float64 each)."""
+    import warnings
+
+    with warnings.catch_warnings():  # the training rows' own categories are known to the encoder
+        warnings.simplefilter("ignore")
+        return (np.asarray(encoder.booster_matrix(X), dtype=np.float64),
+                np.asarray(encoder.metric_matrix(X), dtype=np.float64))
 
 
 def sample_rows(X: Any, y: Any, idx: np.ndarray) -> tuple:
@@ -422,15 +498,23 @@ def assign_block(X: Any, metric: Any, kmeans: Any) -> np.ndarray:
     return kmeans.predict(embed_block(X, metric)).astype(np.int64)
 
 
-def bin_edges(parts: list, n_codes: int) -> list:
-    """Per feature at most ``n_codes - 1`` float32 cut points at the sample's quantiles, so that
-    the codes take at most ``n_codes`` values."""
+def bin_edges(parts: list, n_codes: int, categorical: tuple = ()) -> list:
+    """Per feature at most ``n_codes - 1`` float32 cut points at the sample's quantiles (missing
+    values left out), so that the codes take at most ``n_codes`` values; None for the columns of
+    category codes in ``categorical`` (XGBoost splits on them natively, they are not coded)."""
     X = np.concatenate(parts).astype(np.float32)
     levels = np.arange(1, n_codes) / n_codes
-    out = []
+    out: list = []
     for j in range(X.shape[1]):
+        if j in categorical:
+            out.append(None)
+            continue
         col = X[:, j]
+        col = col[~np.isnan(col)]
         distinct = np.unique(col)
+        if distinct.size == 0:
+            out.append(np.zeros(0, dtype=np.float32))
+            continue
         if distinct.size <= n_codes:
             cuts = distinct[1:]  # one code per distinct value
         else:
