@@ -477,11 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     if not args.report_only:
         rows, workers, rounds = _ints(args.rows), _ints(args.workers), _ints(args.rounds)
-        r_single = rounds[rows.index(args.single)] if args.single in rows else rounds[0]
         if len(rounds) == 1:
             rounds = rounds * len(rows)
         if len(rounds) != len(rows):
             ap.error("--rounds: one value, or one per --rows entry")
+        r_single = rounds[rows.index(args.single)] if args.single in rows else rounds[0]
         if args.single:
             proc = subprocess.run([sys.executable, __file__, "--child-single", str(args.single), str(r_single)],
                                   capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})

@@ -222,6 +222,42 @@ def test_budro_fit_trains_on_a_two_worker_local_cluster_and_closes_it(tmp_path, 
     assert f"training accuracy {acc:.4f}" in out
 
 
+def test_a_raw_table_config_trains_on_the_cluster_with_its_encoder(tmp_path, capsys):
+    """A CSV with a text column, a protected text column and missing numbers: the table encoder
+    runs on the cluster and travels with the saved model, which predicts the raw table."""
+    from budro.cli import main
+    from budro.persist import load_model
+    import pandas as pd
+
+    rng = np.random.default_rng(1)
+    n = 400
+    frame = pd.DataFrame({"age": rng.normal(40, 10, n).round(1), "job": rng.choice(["clerk", "driver", "nurse"], n),
+                          "sex": rng.choice(["F", "M"], n)})
+    frame.loc[rng.random(n) < 0.1, "age"] = np.nan
+    frame["y"] = ((frame["age"].fillna(40) - 40) / 10 + (frame["job"] == "nurse") + rng.normal(size=n) > 0.3).astype(int)
+    frame.to_csv(tmp_path / "people.csv", index=False)
+    cfg = tmp_path / "people.toml"
+    cfg.write_text(textwrap.dedent("""
+        eps = 0.05
+        n_steps = 3
+        n_neighbors = 8
+        protected = ["sex"]
+        random_state = 0
+        [data]
+        source = "csv"
+        path = "people.csv"
+        label = "y"
+        [cluster]
+        local = { n_workers = 2 }
+    """))
+    assert main(["fit", str(cfg), "--quiet", "--output", str(tmp_path / "m.budro")]) == 0, capsys.readouterr().err
+    assert "3 BuDRO rounds on a Dask cluster of 2 worker(s)" in capsys.readouterr().out
+    model = load_model(tmp_path / "m.budro")
+    assert model.table_ is not None and model.table_.categories_["job"] == ("clerk", "driver", "nurse")
+    proba = model.predict_proba(frame.drop(columns="y"))
+    assert proba.shape == (n, 2) and np.isfinite(proba).all()
+
+
 @pytest.mark.slow
 def test_one_partition_on_the_cluster_is_the_single_machine_fit_of_the_same_config(tmp_path, capsys):
     from budro.cli import main
