@@ -327,3 +327,58 @@ def test_infinite_costs_in_a_generic_dense_cost_are_forbidden_at_eta_zero():
     res = DualSolver().solve(problem)
     assert res.eta == 0.0 and np.isfinite(res.transport_cost)
     assert res.objective == pytest.approx(LPSolver().solve(problem).objective, abs=1e-12)
+
+
+# ---------------------------------------------------------------------------- renumbering by locality
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=sparse_problems(),
+       kernel=st.sampled_from(["numpy", "numba"] if _sparse_kernels.available() else ["numpy"]))
+def test_property_renumbered_solve_is_the_same_problem(problem, kernel):
+    """From LOCALITY_MIN_N points the lists are solved renumbered (reverse Cuthill-McKee) and the
+    plan numbered back: against the LP and the solve in the given numbering (ties, duplicates,
+    eps = 0 included): the same objective, eta and certificate, a valid plan on listed pairs."""
+    from unittest import mock
+
+    from budro.solvers import _dual_sparse
+
+    plain = DualSolver(kernel=kernel).solve(problem)
+    with mock.patch.object(_dual_sparse, "LOCALITY_MIN_N", 1):
+        solver = DualSolver(kernel=kernel)
+        renumbered = solver.solve(problem)
+    assert renumbered.info["renumbered"] and "renumbered" not in plain.info
+    assert solver._locality_cache.cost.renumbered
+    check_plan(problem, renumbered)
+    assert abs(renumbered.objective - plain.objective) <= RTOL * max(1.0, abs(plain.objective))
+    assert renumbered.eta == pytest.approx(plain.eta, rel=1e-9, abs=1e-12)
+    lp = LPSolver().solve(TransportProblem(problem.losses, problem.labels, InfDenseCost(problem.cost), problem.eps))
+    assert abs(renumbered.objective - lp.objective) <= RTOL * max(1.0, abs(lp.objective))
+
+
+def test_renumbering_is_made_once_per_cost_and_keeps_the_warm_lists():
+    """Rounds on one cost reuse the renumbered cost (and so the layout and its warm lists); a
+    new cost object is renumbered again."""
+    from unittest import mock
+
+    from budro.solvers import _dual_sparse
+
+    rng = np.random.default_rng(5)
+    Z = rng.normal(size=(3000, 3))
+    cost = NeighborCost(Z, 8)
+    labels = rng.integers(0, 2, 3000)
+    base = rng.normal(size=(3000, 2))
+    with mock.patch.object(_dual_sparse, "LOCALITY_MIN_N", 1000):
+        solver, plain_solver = DualSolver(), DualSolver()
+        for t in range(6):
+            problem = TransportProblem(np.logaddexp(0.0, base + 0.002 * t), labels, cost, 0.05)
+            a, b = solver.solve(problem), plain_solver.solve(TransportProblem(problem.losses, labels,
+                                                                             NeighborCost.from_lists(cost.neighbors, cost.neighbor_costs), 0.05))
+            assert a.info["renumbered"] and a.objective == pytest.approx(b.objective, rel=1e-12)
+            check_plan(problem, a)
+            if t == 0:
+                first = solver._locality_cache
+            assert solver._locality_cache is first and solver._layout_cache.neighbors is first.cost.neighbors
+        other = NeighborCost.from_lists(cost.neighbors.copy(), cost.neighbor_costs.copy())
+        solver.solve(TransportProblem(problem.losses, labels, other, 0.05))
+        assert solver._locality_cache is not first

@@ -101,6 +101,77 @@ def sparse_layout(solver, problem: TransportProblem) -> "_SparseLayout":
     return layout
 
 
+#: From this many points a neighbour-list problem is solved with its points renumbered so that
+#: neighbours get nearby numbers (reverse Cuthill-McKee on the neighbour graph): the kernels then
+#: read the losses of a list from nearby memory instead of anywhere in an array larger than the
+#: caches.  Measured (synthetic, 16 neighbours, compiled kernel): 16 -> 13 ms per solve at 10^5
+#: points, 90 -> 45 ms at 3 x 10^5, 370 -> 170 ms at 10^6; the renumbering costs 2.3 s once at 10^6.
+LOCALITY_MIN_N = 100_000
+
+
+@dataclass(frozen=True, eq=False)
+class _Locality:
+    """A neighbour-list cost renumbered by locality: point ``perm[p]`` is number p of ``cost``.
+    ``neighbors``/``neighbor_costs`` are the original cost's arrays (to recognise it later)."""
+
+    neighbors: np.ndarray
+    neighbor_costs: np.ndarray
+    perm: np.ndarray
+    cost: object
+
+
+def locality(solver, cost) -> "_Locality | None":
+    """The renumbering of a neighbour-list cost of at least :data:`LOCALITY_MIN_N` points (cached
+    on the solver per cost object, like the layout), or None."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    from budro.transport import NeighborCost
+
+    nb, nc = cost.neighbors, cost.neighbor_costs
+    if nb.shape[0] < LOCALITY_MIN_N or getattr(cost, "renumbered", False):
+        return None
+    cached = getattr(solver, "_locality_cache", None)
+    if cached is not None and cached.neighbors is nb and cached.neighbor_costs is nc:
+        return cached
+    n, m = nb.shape
+    graph = csr_matrix((np.ones(nb.size, dtype=np.int8), np.asarray(nb, dtype=np.int32).reshape(-1),
+                        np.arange(0, n * m + 1, m, dtype=np.int64)), shape=(n, n))
+    perm = np.asarray(reverse_cuthill_mckee(graph, symmetric_mode=False), dtype=np.intp)
+    inv = np.empty(n, dtype=np.intp)
+    inv[perm] = np.arange(n)
+    renumbered = NeighborCost.from_lists(inv[nb[perm]], nc[perm])
+    renumbered.renumbered = True
+    solver._locality_cache = out = _Locality(neighbors=nb, neighbor_costs=nc, perm=perm, cost=renumbered)
+    return out
+
+
+def solve_renumbered(solver, problem: TransportProblem, order: "_Locality", eta0) -> "TransportResult":
+    """``problem`` solved on its points renumbered by ``order``, the result numbered back: the same
+    problem (every value and the certificate unchanged; among tied argmax rows the plan may pick
+    another of equal cost)."""
+    import scipy.sparse as sp
+
+    from budro.transport import TransportResult
+
+    perm, n = order.perm, problem.n
+    inner = TransportProblem(problem.losses[perm], problem.labels[perm], order.cost, problem.eps)
+    r = solver._solve(inner, eta0=eta0)
+    weights = np.empty_like(r.weights)
+    weights[perm] = r.weights
+    plan = r.plan
+    if plan is not None:
+        coo = sp.coo_array(plan)
+        plan = sp.csc_array((coo.data, (perm[coo.row], perm[coo.col])), shape=(n, n))
+    info = dict(r.info)
+    if info.get("split_column") is not None:
+        info["split_column"] = int(perm[info["split_column"]])
+    info["renumbered"] = True
+    return TransportResult(weights=weights, objective=r.objective, transport_cost=r.transport_cost, eta=r.eta,
+                           plan=plan, dual_objective=r.dual_objective, n_iter=r.n_iter, converged=r.converged,
+                           solver=r.solver, info=info)
+
+
 def flat_index(rows: np.ndarray, labels: np.ndarray, K: int) -> np.ndarray:
     """``rows * K + labels[j]`` per list entry: where ``R[rows, j]`` lies in ``losses.ravel()``
     (int32 when it fits: the compiled kernel streams through it every round)."""

@@ -191,11 +191,13 @@ class DualSolver(Solver):
         self.max_seconds = None if max_seconds is None else float(max_seconds)
         self._full_state = None
         self._layout_cache: _SparseLayout | None = None
+        self._locality_cache = None
         self._reduction_cache: _dual_lists.Reduction | None = None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_layout_cache"] = None  # per-fit scratch, rebuilt on demand
+        state["_locality_cache"] = None
         state["_reduction_cache"] = None
         state["_full_state"] = None
         return state
@@ -276,6 +278,10 @@ class DualSolver(Solver):
         # An embedding cost past full_min_n: the exact full path (lists certified round to round).
         if not sparse and _dual_full.applies(self, problem):
             return _dual_full.solve(self, problem, eta0=eta0)
+        if sparse:  # many points: solved renumbered by locality (same problem, cache-friendly)
+            order = _dual_sparse.locality(self, problem.cost)
+            if order is not None:
+                return _dual_sparse.solve_renumbered(self, problem, order, eta0)
         candidates: _Candidates | None = None
         pruned_pairs = None
         # A dense cost on few distinct points (duplicates collapsed) goes the same way, on
