@@ -179,10 +179,11 @@ class Shard:
         from budro.transport import TransportProblem
 
         t0, c0 = time.perf_counter(), time.thread_time()
-        self.problem = TransportProblem(self.losses, self.y, self.cost, eps)
+        cost = self._solver_cost()  # (sets the numbering first)
+        self.problem = TransportProblem(*self._numbered(), cost, eps)
         layout = sparse_layout(self.solver, self.problem)
         tau = tie_margin(self.solver, _Scale(scale))
-        cand, _ = list_candidates(self.solver, layout, self.losses, self.n, eps, tau)
+        cand, _ = list_candidates(self.solver, layout, self.problem.losses, self.n, eps, tau)
         self.cand = cand
         self.scale = float(scale)
         if cand.edges is not None:  # the compiled kernel read the exact hulls' breakpoints off already
@@ -195,6 +196,22 @@ class Shard:
         return (top, int(self.E.size), float(self.E[-1]) if self.E.size else 0.0,
                 self._quantiles(0, self.E.size, n_quantiles), time.perf_counter() - t0,
                 float(self.D[-1]) if self.D.size else 0.0, time.thread_time() - c0)
+
+    def _solver_cost(self):
+        """The lists the solver works on: renumbered by locality from LOCALITY_MIN_N rows (the
+        single machine's DualSolver does the same; budro.solvers._dual_sparse.locality)."""
+        from budro.solvers._dual_sparse import locality
+
+        order = locality(self.solver, self.cost)
+        self.perm = None if order is None else order.perm
+        return self.cost if order is None else order.cost
+
+    def _numbered(self) -> tuple[np.ndarray, np.ndarray]:
+        """This round's losses and the labels in the solver's numbering."""
+        perm = getattr(self, "perm", None)
+        if perm is None:
+            return self.losses, self.y
+        return self.losses[perm], self.y[perm]
 
     def _quantiles(self, i0: int, i1: int, q: int) -> list:
         if i1 <= i0:
@@ -275,8 +292,9 @@ class Shard:
         rc, cc = self._rows(cheap)
         rd, cd = self._rows(dear)
         kind, value = budget
+        numbered = (self.problem.losses, self.problem.labels, self.problem.cost)
         if kind == "eps":
-            problem = self.problem if self.problem.eps == value else TransportProblem(self.losses, self.y, self.cost, value)
+            problem = self.problem if self.problem.eps == value else TransportProblem(*numbered, value)
         else:
             if value <= 0.0:
                 switch = False
@@ -284,11 +302,15 @@ class Shard:
             elif math.isinf(value):  # every gain fits: a budget above all of them
                 delta = np.where(rd != rc, cd - cc, 0.0)
                 value = 2.0 * float(np.maximum(delta, 0.0).sum()) + 1.0
-            problem = TransportProblem(self.losses, self.y, self.cost, (float(cc.sum()) + value) / self.n)
+            problem = TransportProblem(*numbered, (float(cc.sum()) + value) / self.n)
         rows, cols, vals, costs, split, n_switched = _switch_entries(problem, rc, rd, switch, costs=(cc, cd))
         result = _result_from_entries(problem, rows, cols, vals, costs, solver="dual")
+        weights = result.weights
+        if getattr(self, "perm", None) is not None:  # back to this shard's own row order
+            weights = np.empty_like(result.weights)
+            weights[self.perm] = result.weights
         t1, c1 = time.perf_counter(), time.thread_time()
-        self.backend.step(result.weights)
+        self.backend.step(weights)
         t2, c2 = time.perf_counter(), time.thread_time()
         self.points = {}
         return (float(result.objective), float(result.transport_cost), int(n_switched), split is not None,
