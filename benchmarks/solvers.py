@@ -674,6 +674,59 @@ def _machine() -> str:
             f"Python {platform.python_version()}, numpy {numpy.__version__}")
 
 
+def locality_report(args) -> str:
+    """The exact sparse dual with and without the renumbering by locality, side by side in one
+    process on the same lists and losses (synthetic rows of a 5-dimensional latent structure in
+    18 dimensions, 16 neighbours, logistic losses drifting over ``--locality-rounds`` rounds)."""
+    from unittest import mock
+
+    from budro.solvers import _dual_sparse
+    from budro.solvers.dual import DualSolver
+    from budro.transport import NeighborCost, TransportProblem
+
+    lines = ["| points | rounds | renumbering (once) | per solve, given numbering (median) | per solve, renumbered "
+             "(median) | ratio | largest objective difference | same eta |", "|---|---|---|---|---|---|---|---|"]
+    for n in args.locality_n:
+        rng = np.random.default_rng(args.seed)
+        Z = rng.normal(size=(n, 5)) @ rng.normal(size=(5, 18)) + 0.05 * rng.normal(size=(n, 18))
+        cost = NeighborCost(Z, 16)
+        labels = rng.integers(0, 2, n)
+        base = rng.normal(size=n)
+
+        def losses(k):
+            margin = base + 0.01 * k + 0.5 * np.sin(Z[:, 0] + 0.1 * k)
+            return np.column_stack([np.logaddexp(0.0, margin), np.logaddexp(0.0, -margin)])
+
+        own = NeighborCost.from_lists(np.arange(1000)[:, None], np.zeros((1000, 1)))  # loads the compiled kernel
+        DualSolver().solve(TransportProblem(losses(0)[:1000], labels[:1000], own, 0.05))
+        times = {"given": [], "renumbered": []}
+        results = {"given": [], "renumbered": []}
+        t0 = time.perf_counter()
+        _dual_sparse.locality(DualSolver(), cost)
+        t_order = time.perf_counter() - t0
+        solvers = {"given": DualSolver(), "renumbered": DualSolver()}
+        for k in range(args.locality_rounds):  # interleaved: the same load on both
+            L = losses(k)
+            for name in ("given", "renumbered"):
+                limit = 2**62 if name == "given" else _dual_sparse.LOCALITY_MIN_N
+                with mock.patch.object(_dual_sparse, "LOCALITY_MIN_N", limit):
+                    t0 = time.perf_counter()
+                    r = solvers[name].solve(TransportProblem(L, labels, cost, 0.05))
+                    times[name].append(time.perf_counter() - t0)
+                results[name].append((r.objective, r.eta))
+        # the first round builds the layout (and the renumbering): left out of the medians
+        a, b = np.median(times["given"][1:]), np.median(times["renumbered"][1:])
+        diff = max(abs(x[0] - y[0]) for x, y in zip(results["given"], results["renumbered"]))
+        same_eta = all(abs(x[1] - y[1]) <= 1e-9 * max(1.0, abs(x[1])) for x, y in zip(results["given"],
+                                                                                     results["renumbered"]))
+        lines.append(f"| {n:,} | {args.locality_rounds} | {t_order:.2f} s | {1000 * a:.0f} ms | {1000 * b:.0f} ms | "
+                     f"{a / b:.2f} | {diff:.1e} | {'yes' if same_eta else 'NO'} |")
+    return ("Exact `dual` on neighbour lists (16 neighbours, compiled kernel, one kernel thread) with the points in "
+            "their given numbering and renumbered by locality (reverse Cuthill-McKee, `LOCALITY_MIN_N`), "
+            "interleaved round by round in one process on the same losses; medians over rounds 2..T.\n\n"
+            + "\n".join(lines))
+
+
 def _write(section: str, body: str, command: str, output: Path) -> None:
     replace_section(output, section, f"## {section}\n\n`{command}`\n\nMachine: {_machine()}; "
                     f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{body}",
@@ -689,7 +742,7 @@ def main(argv=None) -> int:
         print(json.dumps(_full_part(argv[1], json.loads(argv[2]))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["speed", "restriction", "sgd-gap", "rounds", "full", "all"])
+    ap.add_argument("what", choices=["speed", "restriction", "sgd-gap", "rounds", "full", "locality", "all"])
     ap.add_argument("--settings", type=lambda v: v.split(","), default=["german", "compas", "adult"],
                     help="rounds: comma list of german, compas, adult")
     ap.add_argument("--quick", action="store_true", help="speed: German and Adult m=32 only, short timings")
@@ -708,6 +761,9 @@ def main(argv=None) -> int:
     ap.add_argument("--syn-n", type=int, default=100_000, help="full: rows of the synthetic run")
     ap.add_argument("--syn-rounds", type=int, default=12, help="full: rounds of the synthetic run")
     ap.add_argument("--big-n", type=int, default=1_000_000, help="full: rows of the scan-rate measurement")
+    ap.add_argument("--locality-n", type=lambda v: [int(x) for x in v.split(",")], default=[100_000, 300_000, 1_000_000],
+                    help="locality: numbers of points")
+    ap.add_argument("--locality-rounds", type=int, default=8, help="locality: rounds per size")
     ap.add_argument("--output", default=str(REPO / "docs" / "solvers-benchmark.md"))
     args = ap.parse_args(argv)
     command = "python benchmarks/solvers.py " + " ".join(argv)
@@ -716,10 +772,11 @@ def main(argv=None) -> int:
               "restriction": f"Sparse restriction quality (Adult, n = {args.n})",
               "sgd-gap": "dual-sgd gap to the exact dual",
               "rounds": "Rounds of a BuDRO fit",
-              "full": "Exact full problem (dual on an EmbeddingCost, warm lists)"}
+              "full": "Exact full problem (dual on an EmbeddingCost, warm lists)",
+              "locality": "Neighbour lists renumbered by locality"}
     for what in todo:
         body = {"speed": speed, "restriction": restriction, "sgd-gap": sgd_gap, "rounds": rounds_report,
-                "full": full_report}[what](args)
+                "full": full_report, "locality": locality_report}[what](args)
         _write(titles[what], body, command, Path(args.output))
     return 0
 

@@ -344,6 +344,14 @@ def _fit_table(estimator: Any, X: Any, protected: tuple) -> TableEncoder:
     native_categorical = native_missing and "native-categorical" in caps
     encoder = TableEncoder(max_categories=estimator.max_categories).fit(
         X, protected=protected, native_categorical=native_categorical, native_missing=native_missing)
+    adopt_table(estimator, encoder)
+    return encoder
+
+
+def adopt_table(estimator: Any, encoder: TableEncoder) -> None:
+    """Set a fitted encoder as ``estimator.table_`` with what it says of the raw columns:
+    ``n_features_in_``, ``feature_names_in_`` (where the table had names) and
+    ``protected_indices_`` (raw columns of the protected attributes)."""
     estimator.table_ = encoder
     estimator.n_features_in_ = len(encoder.columns_)
     if encoder.has_names_:
@@ -351,7 +359,6 @@ def _fit_table(estimator: Any, X: Any, protected: tuple) -> TableEncoder:
     elif hasattr(estimator, "feature_names_in_"):
         del estimator.feature_names_in_
     estimator.protected_indices_ = tuple(encoder.columns_.index(c) for c in encoder.protected_columns_)
-    return encoder
 
 
 def _check_metric_input(metric_X: np.ndarray) -> None:

@@ -168,20 +168,25 @@ def _csv_config(tmp_path, cluster: str, n: int = 400) -> Path:
     y = (rng.random(n) < 1 / (1 + np.exp(-(X[:, 1] - 0.5 * X[:, 2] + 0.5 * s)))).astype(int)
     lines = ["f0,f1,f2,f3,f4,s,y"] + [",".join(f"{v:.6f}" for v in row) + f",{si},{yi}" for row, si, yi in zip(X, s, y)]
     (tmp_path / "train.csv").write_text("\n".join(lines) + "\n")
+    return _config_file(tmp_path, "train.csv", "s", cluster)
+
+
+def _config_file(tmp_path, data: str, protected: str, extra: str) -> Path:
+    """run.toml: 3 BuDRO rounds (8 neighbours, XGBoost) on the CSV ``data`` (label y), then ``extra``."""
     cfg = tmp_path / "run.toml"
-    cfg.write_text(textwrap.dedent("""
+    cfg.write_text(textwrap.dedent(f"""
         eps = 0.05
         n_steps = 3
         n_neighbors = 8
-        protected = ["s"]
+        protected = ["{protected}"]
         random_state = 0
         [data]
         source = "csv"
-        path = "train.csv"
+        path = "{data}"
         label = "y"
         [backend]
         name = "xgboost"
-    """) + cluster)
+    """) + extra)
     return cfg
 
 
@@ -236,20 +241,7 @@ def test_a_raw_table_config_trains_on_the_cluster_with_its_encoder(tmp_path, cap
     frame.loc[rng.random(n) < 0.1, "age"] = np.nan
     frame["y"] = ((frame["age"].fillna(40) - 40) / 10 + (frame["job"] == "nurse") + rng.normal(size=n) > 0.3).astype(int)
     frame.to_csv(tmp_path / "people.csv", index=False)
-    cfg = tmp_path / "people.toml"
-    cfg.write_text(textwrap.dedent("""
-        eps = 0.05
-        n_steps = 3
-        n_neighbors = 8
-        protected = ["sex"]
-        random_state = 0
-        [data]
-        source = "csv"
-        path = "people.csv"
-        label = "y"
-        [cluster]
-        local = { n_workers = 2 }
-    """))
+    cfg = _config_file(tmp_path, "people.csv", "sex", "[cluster]\nlocal = { n_workers = 2 }\n")
     assert main(["fit", str(cfg), "--quiet", "--output", str(tmp_path / "m.budro")]) == 0, capsys.readouterr().err
     assert "3 BuDRO rounds on a Dask cluster of 2 worker(s)" in capsys.readouterr().out
     model = load_model(tmp_path / "m.budro")

@@ -49,7 +49,7 @@ import numpy as np
 
 from budro.budget import check_budget, check_eps_unit, effective_eps
 from budro.core import RoundInfo, RoundRecord, _check_eps, _check_n_neighbors, _check_n_steps
-from budro.estimator import BuDROClassifier
+from budro.estimator import BuDROClassifier, adopt_table
 from budro.exceptions import ConvergenceWarning, NumericalError, ValidationError
 from budro.dask._search import N_QUANTILES, ClusterError, Shards, budget_shares, solve_round
 
@@ -482,7 +482,7 @@ class DaskBuDROClassifier(BuDROClassifier):
             parts = [dask.delayed(_shard.sample_table)(xb, yb, i) for (xb, i), yb in _paired(X, y, idx)]
             encoder, metric, budget, _ = client.compute(dask.delayed(_shard.fit_table_metric)(
                 p["metric"], tuple(self.protected or ()), classes, seed, parts, encoder_args)).result()
-            self._set_table(encoder)
+            adopt_table(self, encoder)
             XB, XM = self._encode_blocks(X, encoder, client)
         else:
             parts = [dask.delayed(_shard.sample_rows)(xb, yb, i) for (xb, i), yb in _paired(X, y, idx)]
@@ -637,16 +637,6 @@ class DaskBuDROClassifier(BuDROClassifier):
         return {"max_categories": int(self.max_categories), "native_missing": native_missing,
                 "native_categorical": native_missing and "native-categorical" in caps,
                 "categories": {k: sorted(v) for k, v in categories.items()}}
-
-    def _set_table(self, encoder: Any) -> None:
-        """The fitted encoder and what it says of the raw columns (as BuDROClassifier sets them)."""
-        self.table_ = encoder
-        self.n_features_in_ = len(encoder.columns_)
-        if encoder.has_names_:
-            self.feature_names_in_ = np.asarray(encoder.columns_, dtype=object)
-        elif hasattr(self, "feature_names_in_"):
-            del self.feature_names_in_
-        self.protected_indices_ = tuple(encoder.columns_.index(c) for c in encoder.protected_columns_)
 
     def _encode_blocks(self, X: "_Table", encoder: Any, client: Any) -> tuple[Any, Any]:
         """The table's booster matrix and metric matrix as dask arrays of the same row blocks,

@@ -203,7 +203,7 @@ class Shard:
         from budro.solvers._dual_sparse import locality
 
         order = locality(self.solver, self.cost)
-        self.perm = None if order is None else order.perm
+        self.perm, self.inv = (None, None) if order is None else (order.perm, order.inv)
         return self.cost if order is None else order.cost
 
     def _numbered(self) -> tuple[np.ndarray, np.ndarray]:
@@ -211,7 +211,7 @@ class Shard:
         perm = getattr(self, "perm", None)
         if perm is None:
             return self.losses, self.y
-        return self.losses[perm], self.y[perm]
+        return np.take(self.losses, perm, axis=0), np.take(self.y, perm)
 
     def _quantiles(self, i0: int, i1: int, q: int) -> list:
         if i1 <= i0:
@@ -307,8 +307,7 @@ class Shard:
         result = _result_from_entries(problem, rows, cols, vals, costs, solver="dual")
         weights = result.weights
         if getattr(self, "perm", None) is not None:  # back to this shard's own row order
-            weights = np.empty_like(result.weights)
-            weights[self.perm] = result.weights
+            weights = np.take(result.weights, self.inv, axis=0)
         t1, c1 = time.perf_counter(), time.thread_time()
         self.backend.step(weights)
         t2, c2 = time.perf_counter(), time.thread_time()
