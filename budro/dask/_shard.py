@@ -94,11 +94,14 @@ class Shard:
             del cost
         del Z
         if len(cells) == 1:
-            self.cost = NeighborCost.from_lists(nb_parts[0], nc_parts[0])  # without the embedding
+            nb, nc = nb_parts[0], nc_parts[0]
         else:
             width = min(c.shape[1] for c in nb_parts)
-            self.cost = NeighborCost.from_lists(np.concatenate([c[:, :width] for c in nb_parts]),
-                                                np.concatenate([c[:, :width] for c in nc_parts]))
+            nb = np.concatenate([c[:, :width] for c in nb_parts])
+            nc = np.concatenate([c[:, :width] for c in nc_parts])
+        del nb_parts, nc_parts
+        self._set_lists(nb, nc)
+        del nb, nc
         self.time_neighbors = time.perf_counter() - t0
         edges = spec.get("bin_edges")
         if edges is not None:
@@ -112,6 +115,20 @@ class Shard:
         self.cand_edges: tuple[np.ndarray, np.ndarray] | None = None
         self.collective = False
 
+    def _set_lists(self, nb: np.ndarray, nc: np.ndarray) -> None:
+        """Keep the neighbour lists: from LOCALITY_MIN_N rows renumbered by locality, as DualSolver
+        solves them (budro.solvers._dual_sparse; ``perm``/``inv`` map the numbering), and then
+        only the renumbered lists are kept."""
+        from budro.solvers import _dual_sparse
+        from budro.transport import NeighborCost
+
+        self.perm = self.inv = None
+        if self.n >= _dual_sparse.LOCALITY_MIN_N:
+            self.perm, self.inv = _dual_sparse.locality_order(nb)
+            self.cost = _dual_sparse.renumbered_lists(nb, nc, self.perm, self.inv)
+        else:
+            self.cost = NeighborCost.from_lists(nb, nc)  # without the embedding
+
     @classmethod
     def on_lists(cls, losses: np.ndarray, y: np.ndarray, cost: Any, solver: Any, backend: Any) -> "Shard":
         """A shard over given losses and neighbour lists (no data, no booster set-up): the search
@@ -120,7 +137,8 @@ class Shard:
         self.losses = np.asarray(losses, dtype=np.float64)
         self.y = np.asarray(y, dtype=np.intp)
         self.n = self.y.size
-        self.cost, self.solver, self.backend = cost, solver, backend
+        self._set_lists(cost.neighbors, cost.neighbor_costs)
+        self.solver, self.backend = solver, backend
         self.points, self.problem, self.record, self.collective = {}, None, False, False
         return self
 
@@ -179,8 +197,7 @@ class Shard:
         from budro.transport import TransportProblem
 
         t0, c0 = time.perf_counter(), time.thread_time()
-        cost = self._solver_cost()  # (sets the numbering first)
-        self.problem = TransportProblem(*self._numbered(), cost, eps)
+        self.problem = TransportProblem(*self._numbered(), self.cost, eps)
         layout = sparse_layout(self.solver, self.problem)
         tau = tie_margin(self.solver, _Scale(scale))
         cand, _ = list_candidates(self.solver, layout, self.problem.losses, self.n, eps, tau)
@@ -197,17 +214,9 @@ class Shard:
                 self._quantiles(0, self.E.size, n_quantiles), time.perf_counter() - t0,
                 float(self.D[-1]) if self.D.size else 0.0, time.thread_time() - c0)
 
-    def _solver_cost(self):
-        """The lists the solver works on: renumbered by locality from LOCALITY_MIN_N rows (the
-        single machine's DualSolver does the same; budro.solvers._dual_sparse.locality)."""
-        from budro.solvers._dual_sparse import locality
-
-        order = locality(self.solver, self.cost)
-        self.perm, self.inv = (None, None) if order is None else (order.perm, order.inv)
-        return self.cost if order is None else order.cost
-
     def _numbered(self) -> tuple[np.ndarray, np.ndarray]:
-        """This round's losses and the labels in the solver's numbering."""
+        """This round's losses and the labels in the numbering of the lists (``perm``: renumbered
+        by locality from LOCALITY_MIN_N rows)."""
         perm = getattr(self, "perm", None)
         if perm is None:
             return self.losses, self.y
@@ -323,8 +332,16 @@ class Shard:
     def recorded(self) -> dict:
         """Global row indices, labels, neighbour lists (global rows) and costs, and each round's
         losses, for checks against a single-machine solve (``record=True`` only)."""
-        return {"rows": self.rows, "y": self.y, "cell": self.cell, "neighbors": self.rows[self.cost.neighbors],
-                "neighbor_costs": self.cost.neighbor_costs, "losses": self.recorded_losses}
+        nb, nc = self.own_lists()
+        return {"rows": self.rows, "y": self.y, "cell": self.cell, "neighbors": self.rows[nb],
+                "neighbor_costs": nc, "losses": self.recorded_losses}
+
+    def own_lists(self) -> tuple[np.ndarray, np.ndarray]:
+        """The neighbour lists (shard rows) and their costs in the shard's own row order."""
+        nb, nc = self.cost.neighbors, self.cost.neighbor_costs
+        if getattr(self, "perm", None) is None:
+            return nb, nc
+        return self.perm[nb[self.inv]], nc[self.inv]
 
 
 def _hull_edges(cand) -> tuple[float, np.ndarray, np.ndarray]:

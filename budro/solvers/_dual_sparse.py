@@ -121,29 +121,45 @@ class _Locality:
     cost: object
 
 
-def locality(solver, cost) -> "_Locality | None":
-    """The renumbering of a neighbour-list cost of at least :data:`LOCALITY_MIN_N` points (cached
-    on the solver per cost object, like the layout), or None."""
+def locality_order(neighbors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(perm, inv)``: reverse Cuthill-McKee on the graph of the lists (point ``perm[p]`` gets
+    number p, point i number ``inv[i]``)."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
+    n, m = neighbors.shape
+    graph = csr_matrix((np.ones(neighbors.size, dtype=np.int8), np.asarray(neighbors, dtype=np.int32).reshape(-1),
+                        np.arange(0, n * m + 1, m, dtype=np.int64)), shape=(n, n))
+    perm = np.asarray(reverse_cuthill_mckee(graph, symmetric_mode=False), dtype=np.intp)
+    del graph
+    inv = np.empty(n, dtype=np.intp)
+    inv[perm] = np.arange(n)
+    return perm, inv
+
+
+def renumbered_lists(neighbors: np.ndarray, neighbor_costs: np.ndarray, perm: np.ndarray, inv: np.ndarray):
+    """The lists as a :class:`~budro.transport.NeighborCost` on the points renumbered by
+    ``(perm, inv)``, marked ``renumbered`` (not renumbered again)."""
     from budro.transport import NeighborCost
 
+    nb = np.take(inv, np.take(neighbors, perm, axis=0))
+    cost = NeighborCost.from_lists(nb, np.take(neighbor_costs, perm, axis=0))
+    cost.renumbered = True
+    return cost
+
+
+def locality(solver, cost) -> "_Locality | None":
+    """The renumbering of a neighbour-list cost of at least :data:`LOCALITY_MIN_N` points (cached
+    on the solver per cost object, like the layout), or None."""
     nb, nc = cost.neighbors, cost.neighbor_costs
     if nb.shape[0] < LOCALITY_MIN_N or getattr(cost, "renumbered", False):
         return None
     cached = getattr(solver, "_locality_cache", None)
     if cached is not None and cached.neighbors is nb and cached.neighbor_costs is nc:
         return cached
-    n, m = nb.shape
-    graph = csr_matrix((np.ones(nb.size, dtype=np.int8), np.asarray(nb, dtype=np.int32).reshape(-1),
-                        np.arange(0, n * m + 1, m, dtype=np.int64)), shape=(n, n))
-    perm = np.asarray(reverse_cuthill_mckee(graph, symmetric_mode=False), dtype=np.intp)
-    inv = np.empty(n, dtype=np.intp)
-    inv[perm] = np.arange(n)
-    renumbered = NeighborCost.from_lists(inv[nb[perm]], nc[perm])
-    renumbered.renumbered = True
-    solver._locality_cache = out = _Locality(neighbors=nb, neighbor_costs=nc, perm=perm, inv=inv, cost=renumbered)
+    perm, inv = locality_order(nb)
+    solver._locality_cache = out = _Locality(neighbors=nb, neighbor_costs=nc, perm=perm, inv=inv,
+                                             cost=renumbered_lists(nb, nc, perm, inv))
     return out
 
 
