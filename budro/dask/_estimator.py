@@ -27,6 +27,12 @@ round, ``history_[t].bytes_sent`` / ``bytes_received`` count them):
 5. The model is kept on the client as a single-machine :class:`budro.BuDROClassifier`
    (:meth:`to_local`), which predicts on raw features and saves with budro's model format.
 
+Tables: a dask DataFrame with text, categorical or boolean columns, or data with missing values,
+is encoded as :class:`budro.BuDROClassifier` encodes it (:class:`budro.tables.TableEncoder`): the
+encoder is fitted in the fair metric's task (categories counted on every row first, in the
+checks' pass), every block is turned into the booster's and the metric's matrices on the workers,
+and the local model keeps the encoder.
+
 Features: with one shard (one partition, or one worker) the booster sees the raw features,
 exactly as :class:`budro.BuDROClassifier` does.  With several shards every feature is first
 coded by global quantiles (at most ``max_bin`` codes, default 256, cut points from a sample of
@@ -173,7 +179,11 @@ class DaskBuDROClassifier(BuDROClassifier):
         Those of :class:`budro.BuDROClassifier`.  ``n_neighbors`` must be an integer (the
         neighbour lists within each partition); ``solver`` must be the exact ``"dual"``;
         ``backend`` must be ``"xgboost"`` (LightGBM and CatBoost are refused, with the reason);
-        ``preprocessing`` ``"auto"`` or ``"none"`` on numeric data without missing values.
+        ``preprocessing`` as there: a dask DataFrame with text, categorical or boolean columns,
+        or any input with missing values, goes through :class:`budro.tables.TableEncoder`
+        (``"auto"`` or ``"table"``), fitted with the fair metric on the ``metric_sample`` rows
+        (every row by default) with the categories of every row, and applied to each block on
+        the workers; ``table_`` holds it and the local model keeps it.
         ``callbacks`` receive a :class:`budro.core.RoundInfo` whose ``record`` is the round's
         :class:`DaskRoundRecord` and whose ``problem`` and ``result`` are None (the round's
         losses and plan stay on the workers).  XGBoost's thread count defaults to the workers'
@@ -218,7 +228,10 @@ class DaskBuDROClassifier(BuDROClassifier):
         1`` nearest other points) whose two points share a partition, on a sample of query rows
         (1.0 with one partition).
     bin_edges_ : list of float32 arrays or None
-        Per feature, the cut points of the global quantile codes (None: raw features).
+        Per booster feature, the cut points of the global quantile codes (None: raw features; an
+        entry None: a column of category codes, not coded).
+    table_ : budro.tables.TableEncoder or None
+        The table encoder (None without table preprocessing).
     """
 
     def __init__(self, client: Any = None, n_partitions: int | None = None, partitioning: str = "kmeans",
