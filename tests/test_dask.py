@@ -339,6 +339,15 @@ def test_missing_values_in_an_array_go_through_the_table_encoder(client):
     assert np.abs(est.predict_proba(dX).compute() - single.predict_proba(X)).max() <= 1e-6
     with pytest.raises(ValidationError, match="preprocessing='none' takes numeric data without missing values"):
         DaskBuDROClassifier(client=client, preprocessing="none", **params).fit(dX, dy)
+    # numeric DataFrames with missing values keep their column names (protected by name)
+    df = pd.DataFrame(X, columns=[f"f{j}" for j in range(5)])
+    named = {**params, "protected": ["f4"]}
+    single = _quiet(BuDROClassifier(**named).fit, df, y)
+    ddf, dys = _dask_table(df, y)
+    for data, labels in ((df, y), (ddf, dys)):
+        est = _quiet(DaskBuDROClassifier(client=client, n_partitions=1, **named).fit, data, labels)
+        assert est.table_ is not None and list(est.feature_names_in_) == list(df.columns)
+        assert np.abs(est.predict_proba(df) - single.predict_proba(df)).max() <= 1e-6
 
 
 def test_importing_budro_dask_does_not_import_dask():

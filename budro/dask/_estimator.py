@@ -344,7 +344,7 @@ class DaskBuDROClassifier(BuDROClassifier):
         names = None
         table = fit and self.preprocessing == "table" or not fit and getattr(self, "table_", None) is not None
         if not _is_dask(X) and hasattr(X, "columns") and hasattr(X, "dtypes") and (
-                table or self.preprocessing == "auto" and any(not _numeric(t) for t in X.dtypes)):
+                table or self.preprocessing == "auto" and fit and _needs_encoding(X)):
             X = _scatter_table(X, client)  # a pandas table: a dask DataFrame of one partition per worker
         if isinstance(X, dd.DataFrame):
             bad = [str(c) for c, t in X.dtypes.items() if not _numeric(t)]
@@ -358,6 +358,8 @@ class DaskBuDROClassifier(BuDROClassifier):
                         "data" if not fit else "preprocessing='none' takes numeric columns only; use "
                         "preprocessing='auto' or 'table' (budro.tables.TableEncoder, fitted on the workers' rows)"))
             names = np.asarray([str(c) for c in X.columns], dtype=object)
+            if fit:
+                self._source_frame = X  # a table after all if the checks find missing values
             X = X.to_dask_array(lengths=True)
         elif isinstance(X, da.Array):
             if X.ndim != 2:
@@ -448,6 +450,7 @@ class DaskBuDROClassifier(BuDROClassifier):
         client = self._get_client()
         self._scattered_names = None
         X, y = self._as_dask(X, y, client, fit=True)
+        frame = self.__dict__.pop("_source_frame", None)
         names = self.__dict__.pop("_scattered_names", None)
         if names is not None:
             self.feature_names_in_ = names
@@ -460,7 +463,8 @@ class DaskBuDROClassifier(BuDROClassifier):
             bad = sum(s["nonfinite"] for s in stats)
             nan = sum(s["nan"] for s in stats)
             if bad and nan == bad and self.preprocessing == "auto":  # missing values: the table encoder
-                X, table = _Table.from_array(X), True
+                X = _Table.from_array(X) if frame is None else _Table.from_frame(frame, client)
+                table = True
                 stats = self._block_stats(X, y, client)
             elif bad:
                 raise ValidationError(
@@ -895,6 +899,14 @@ def _scatter_table(X: Any, client: Any) -> Any:
     with dask.config.set({"dataframe.convert-string": False}):
         frame = dd.from_pandas(X.reset_index(drop=True), npartitions=max(1, min(n_workers, len(X))), sort=False)
     return client.persist(frame)
+
+
+def _needs_encoding(X: Any) -> bool:
+    """Whether an in-memory DataFrame needs the table encoder: a column that is not numeric, or a
+    missing value (as ``budro.tables.table_needs_encoding``)."""
+    from budro.tables import table_needs_encoding
+
+    return bool(table_needs_encoding(X))
 
 
 def _numeric(t: Any) -> bool:
