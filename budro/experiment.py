@@ -104,6 +104,8 @@ TITLES = {
     "budget_used_mean": "Budget used (mean)",
     "budget_used_max": "Budget used (max)",
     "rounds_over_budget": "Rounds over budget",
+    "rounds_not_converged": "Rounds not converged",
+    "largest_round_gap": "Largest round gap",
 }
 
 
@@ -461,8 +463,12 @@ def budget_used(est: Any) -> dict[str, Any]:
     ``budget_used_mean`` / ``budget_used_max``, the mean and largest ``transport_cost / eps`` over
     the rounds, and ``rounds_over_budget``, the rounds whose cost exceeds ``eps`` beyond rounding
     (``1e-9 eps``).  An exact solver uses at most the budget (1.0 where it binds); the paper's
-    argmax adversary (solver ``paper-sgd``) may use more or less.  Empty for a model without
-    transport rounds (the baselines); the ratios are NaN at ``eps = 0``."""
+    argmax adversary (solver ``paper``) may use more or less.  Also ``rounds_not_converged``, the
+    rounds whose solver did not meet its own stopping rule (an exact solver stopped by a time or
+    memory budget: its plan is feasible but not certified optimal), and ``largest_round_gap``,
+    the largest gap a round reported (``record.gap``: how far its robust loss may lie below the
+    optimum, where the solver bounds it).  Empty for a model without transport rounds (the
+    baselines); the ratios are NaN at ``eps = 0``."""
     history = getattr(est, "history_", None)
     eps = getattr(est, "eps_effective_", None)
     if not history or eps is None:
@@ -470,8 +476,11 @@ def budget_used(est: Any) -> dict[str, Any]:
     eps = float(eps)
     costs = np.array([float(r.transport_cost) for r in history])
     ratios = costs / eps if eps > 0.0 else np.full(costs.size, math.nan)
+    gaps = np.array([float(getattr(r, "gap", math.nan)) for r in history])
     return {"budget_used_mean": float(ratios.mean()), "budget_used_max": float(ratios.max()),
-            "rounds_over_budget": int(np.count_nonzero(costs > eps * (1.0 + 1e-9) + 1e-12))}
+            "rounds_over_budget": int(np.count_nonzero(costs > eps * (1.0 + 1e-9) + 1e-12)),
+            "rounds_not_converged": int(sum(not bool(getattr(r, "converged", True)) for r in history)),
+            "largest_round_gap": float(np.nanmax(gaps)) if np.isfinite(gaps).any() else math.nan}
 
 
 def _certificate_metric(cfg: Config, train: Any):
@@ -736,7 +745,7 @@ def markdown_table(summary: Sequence[Mapping[str, Any]], columns: Sequence[str],
     for entry in summary:
         cells = [str(entry["method"])] + ([entry.get("point") or "(config)"] if with_point else [])
         for c in columns:
-            digits = 1 if c in ("fit_seconds", "rounds_over_budget") else 3
+            digits = 1 if c in ("fit_seconds", "rounds_over_budget", "rounds_not_converged") else 3
             cell = format_mean_std(entry.get(f"{c}_mean", math.nan), entry.get(f"{c}_std", math.nan), digits)
             if f"{c}_n" in entry:  # a number on only some of the splits
                 cell += f" ({entry[f'{c}_n']}/{entry['n_splits']})"

@@ -482,4 +482,10 @@ def test_budget_used_from_a_history():
     out = budget_used(Fitted())
     assert out["budget_used_mean"] == pytest.approx((1 + 0.5 + 2 + 1) / 4)
     assert out["budget_used_max"] == 2.0 and out["rounds_over_budget"] == 1  # rounding is not "over"
+    assert out["rounds_not_converged"] == 0 and math.isnan(out["largest_round_gap"])  # no gaps recorded
     assert budget_used(object()) == {}
+    stopped = Record(0.5)
+    stopped.converged, stopped.gap = False, 2.3e-4  # a round an exact solver's budget stopped
+    Fitted.history_ = Fitted.history_ + [stopped]
+    out = budget_used(Fitted())
+    assert out["rounds_not_converged"] == 1 and out["largest_round_gap"] == 2.3e-4
