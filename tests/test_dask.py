@@ -321,6 +321,8 @@ def test_table_categories_come_from_every_row(client):
     assert "rare" in est.table_.categories_["job"]
     with pytest.raises(ValidationError, match="'job' has more than max_categories=3"):
         DaskBuDROClassifier(client=client, max_categories=3, **params).fit(ddf, dys)
+    with pytest.raises(ValidationError, match="max_categories must be an integer >= 2, got 'many'"):
+        DaskBuDROClassifier(client=client, max_categories="many", **params).fit(ddf, dys)
     with pytest.raises(ValidationError, match="preprocessing='none' takes numeric columns only"):
         DaskBuDROClassifier(client=client, preprocessing="none", **params).fit(ddf, dys)
     with pytest.raises(ValidationError, match="protected attribute 'gender' is not a column"):

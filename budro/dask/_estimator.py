@@ -280,6 +280,9 @@ class DaskBuDROClassifier(BuDROClassifier):
             raise ValidationError(f"random_state must be an integer or None, got {self.random_state!r}")
         from budro.estimator import PREPROCESSING
 
+        if isinstance(self.max_categories, bool) or not isinstance(self.max_categories, numbers.Integral) \
+                or self.max_categories < 2:
+            raise ValidationError(f"max_categories must be an integer >= 2, got {self.max_categories!r}")
         if self.preprocessing not in PREPROCESSING:
             raise ValidationError(f"preprocessing must be one of {', '.join(map(repr, PREPROCESSING))}, "
                                   f"got {self.preprocessing!r}")
@@ -627,9 +630,6 @@ class DaskBuDROClassifier(BuDROClassifier):
         most ``max_categories``), the booster's handling of categories and missing values."""
         from budro import registry
 
-        if isinstance(self.max_categories, bool) or not isinstance(self.max_categories, numbers.Integral) \
-                or self.max_categories < 2:
-            raise ValidationError(f"max_categories must be an integer >= 2, got {self.max_categories!r}")
         first = next((s for s in stats if s["n"]), stats[0])
         for s in stats:
             if not s["n"]:

@@ -431,7 +431,11 @@ def table_stats(X: Any, y: Any, max_categories: int) -> dict:
     from budro.tables import _read_columns
 
     cols, named = _read_columns(X, "X")
-    out = block_stats(np.zeros((len(cols[0].values) if cols else 0, 0)), y)
+    if not cols:
+        from budro.exceptions import ValidationError
+
+        raise ValidationError("X has no columns")
+    out = block_stats(np.zeros((len(cols[0].values), 0)), y)
     out["columns"] = [c.name for c in cols]
     out["named"] = bool(named)
     out["kinds"] = [c.kind for c in cols]
