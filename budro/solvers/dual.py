@@ -102,10 +102,11 @@ class DualSolver(Solver):
         Seconds one solve on the full path may spend rescanning columns; when it runs out the
         plan is feasible, ``converged`` is False and ``info["gap"]`` is a certified bound on the
         distance to the full optimum (a ConvergenceWarning names it).  None: no limit.
-    max_pairs : int or None, default 2**24
+    max_pairs : int or None, default 2**25
         Most pairs the full path keeps on its lists (about 90 bytes each with the list kernel's
-        buffers, ~1.5 GiB at the default; Adult keeps about 3 million); a rescan that would exceed
-        it stops like ``max_seconds``.
+        buffers, ~3 GiB at the default; Adult's 179 rounds keep 3-18 million, so 2**24 stopped
+        rounds there short of their certificate); a rescan that would exceed it stops like
+        ``max_seconds``.
 
     Notes
     -----
@@ -155,7 +156,7 @@ class DualSolver(Solver):
                  kernel: str = "auto", kernel_threads: int | None = 1,
                  max_dense_n: int | None = _sizing.DEFAULT_MAX_DENSE_N["dual"],
                  full_min_n: int | None = _sizing.DEFAULT_FULL_MIN_N, max_seconds: float | None = None,
-                 max_pairs: int | None = 2**24):
+                 max_pairs: int | None = 2**25):
         if isinstance(tie_rtol, bool) or not isinstance(tie_rtol, numbers.Real):
             raise ValidationError(f"DualSolver: tie_rtol must be a number in (0, 1e-3], got {tie_rtol!r}")
         if not (0.0 < float(tie_rtol) <= 1e-3):
