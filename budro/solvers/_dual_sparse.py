@@ -104,8 +104,9 @@ def sparse_layout(solver, problem: TransportProblem) -> "_SparseLayout":
 #: From this many points a neighbour-list problem is solved with its points renumbered so that
 #: neighbours get nearby numbers (reverse Cuthill-McKee on the neighbour graph): the kernels then
 #: read the losses of a list from nearby memory instead of anywhere in an array larger than the
-#: caches.  Measured (synthetic, 16 neighbours, compiled kernel): 16 -> 13 ms per solve at 10^5
-#: points, 90 -> 45 ms at 3 x 10^5, 370 -> 170 ms at 10^6; the renumbering costs 2.3 s once at 10^6.
+#: caches.  ``python benchmarks/solvers.py locality`` (synthetic, 16 neighbours, compiled kernel):
+#: 14 -> 12 ms per solve at 10^5 points, 49 -> 47 ms at 3 x 10^5, 483 -> 220 ms at 10^6; the
+#: renumbering costs 1.4 s once at 10^6.
 LOCALITY_MIN_N = 100_000
 
 
