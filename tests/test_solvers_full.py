@@ -317,3 +317,44 @@ def test_bad_parameters_name_themselves(value, name):
 def test_solver_kit_on_the_full_path():
     check_solver(FullPathSolver(), rng=np.random.default_rng(0), n_instances=4, costs=["embedding"],
                  capabilities=["exact", "warm-start"])
+
+
+@pytest.mark.parametrize("share", [0.0, 0.05, 0.5, 1.0])
+def test_commit_replaces_exactly_the_rescanned_lists(share):
+    """_commit against a reference built column by column: the rescanned columns get their new
+    lists, every other column keeps its old one (order, rows, costs, anchors' losses)."""
+    from types import SimpleNamespace
+
+    from budro.solvers import _dual_full
+
+    rng = np.random.default_rng(int(share * 100))
+    n, K = 300, 3
+    counts = rng.integers(1, 7, n)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    labels = rng.integers(0, K, n)
+    rows = rng.integers(0, n, int(ptr[-1])).astype(np.intp)
+    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=ptr, rows=rows, flat=rows * K + np.repeat(labels, counts),
+                         C=rng.random(rows.size), Ra=rng.random(rows.size), X=np.zeros((n, 2, 2)),
+                         mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
+    cols = np.sort(rng.choice(n, int(share * n), replace=False))
+    new_counts = rng.integers(1, 9, cols.size)
+    total = int(new_counts.sum())
+    new_rows, new_C, new_R = rng.integers(0, n, total).astype(np.intp), rng.random(total), rng.random(total)
+    expected = {j: (rows[ptr[j]:ptr[j + 1]], st.C[ptr[j]:ptr[j + 1]], st.Ra[ptr[j]:ptr[j + 1]]) for j in range(n)}
+    off = np.concatenate(([0], np.cumsum(new_counts)))
+    for i, j in enumerate(cols):
+        expected[j] = (new_rows[off[i]:off[i + 1]], new_C[off[i]:off[i + 1]], new_R[off[i]:off[i + 1]])
+    _dual_full._commit(st, cols, new_rows, new_C, new_R, new_counts, np.ones((cols.size, 2, 2)),
+                       np.ones(cols.size, dtype=np.int64), np.ones(cols.size), 7)
+    for j in range(n):
+        a, b = st.ptr[j], st.ptr[j + 1]
+        np.testing.assert_array_equal(st.rows[a:b], expected[j][0])
+        np.testing.assert_array_equal(st.C[a:b], expected[j][1])
+        np.testing.assert_array_equal(st.Ra[a:b], expected[j][2])
+        np.testing.assert_array_equal(st.flat[a:b], expected[j][0] * K + labels[j])
+    assert (st.anchor_of[cols] == 7).all() and (np.delete(st.anchor_of, cols) == 0).all()
+    assert st.rows.dtype == np.intp and st.flat.dtype == rows.dtype
+    if cols.size:
+        new_rows[:] = -1  # the state does not share the scan's arrays
+        assert (st.rows >= 0).all()
