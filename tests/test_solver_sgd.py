@@ -11,12 +11,15 @@ from hypothesis import strategies as st
 
 import budro.registry
 from budro.exceptions import ValidationError
+from budro.solvers import _sparse_kernels
 from budro.solvers.dual import DualSolver
 from budro.solvers.lp import LPSolver
-from budro.solvers.sgd import DualSGDSolver
+from budro.solvers.sgd import DualSGDSolver, _Batches
 from budro.transport import DenseCost, EmbeddingCost, NeighborCost, TransportProblem
 
 RTOL = 1e-9
+
+_needs_numba = pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
 
 
 def make_problem(rng, n, K=2, *, kind="embedding", n_distinct=None, integer=False, frac=0.2, m=6):
@@ -258,3 +261,27 @@ def test_a_denormal_warm_start_does_not_break_the_vanishing_test():
                                DenseCost(EmbeddingCost(np.array([[0.0], [0.5]])).column_block(0, 2)), 1.2e-4)
     res = DualSGDSolver(batch_size=1, n_steps=1, learning_rate=0.01, momentum=0, polish=False).solve(problem, eta0=5e-324)
     check_feasible(problem, res)
+
+
+@_needs_numba
+@pytest.mark.parametrize("integer", [False, True], ids=["continuous", "integer-ties"])
+def test_compiled_batch_argmax_costs_equal_the_numpy_formula(integer):
+    """The fused compiled pass over an EmbeddingCost gives the cheapest argmax cost of every
+    sampled column bit for bit as the numpy formula on the whole (n, batch) matrices, with
+    duplicate points and tied losses (integer data), repeated and own columns in the batch."""
+    rng = np.random.default_rng(3 + integer)
+    for n_distinct in (5, 60):
+        problem = make_problem(rng, 60, K=3, n_distinct=n_distinct, integer=integer)
+        sampler = _Batches(problem, DualSolver(kernel="numba"))
+        assert sampler.compiled
+        reference = _Batches(problem, DualSolver(kernel="numpy"))
+        assert not reference.compiled
+        cols = np.concatenate([rng.integers(0, problem.n, size=40), [0, 0, problem.n - 1]])
+        for eta in (1e-3, 0.3, 1.0, 7.0):
+            R, C = reference.columns(cols)
+            V = R - eta * C
+            expected = np.where(V >= V.max(axis=0, keepdims=True), C, np.inf).min(axis=0)
+            np.testing.assert_array_equal(reference.argmax_costs(eta, cols), expected)
+            got = sampler.argmax_costs(eta, cols)
+            np.testing.assert_array_equal(got, expected)
+            assert np.all(np.isfinite(got)) and np.all(got >= 0.0)

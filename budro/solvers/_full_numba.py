@@ -252,3 +252,28 @@ def list_down(ptr, flat, Ra, losses_flat):
                 m = d
         out[j] = m
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def batch_argmax_costs(G, sq, sq_cols, cols, losses, labels_cols, eta, zero_rtol):
+    """The cheapest argmax cost of each sampled column at ``eta`` (``dual-sgd``/``paper``'s
+    minibatch, :meth:`budro.solvers.sgd._Batches.argmax_costs`) in one pass over the dot products
+    ``G = Z @ Z[cols].T``, by the same formula and zero-snapping as
+    :meth:`~budro.solvers.sgd._Batches.columns` (entry for entry the same operations)."""
+    n, b = G.shape
+    best = np.full(b, -np.inf)
+    cheapest = np.full(b, np.inf)
+    for i in range(n):
+        si = sq[i]
+        for k in range(b):
+            s = si + sq_cols[k]
+            c = s - 2.0 * G[i, k]
+            if c <= zero_rtol * s or i == cols[k]:
+                c = 0.0
+            v = losses[i, labels_cols[k]] - eta * c
+            if v > best[k]:
+                best[k] = v
+                cheapest[k] = c
+            elif v == best[k] and c < cheapest[k]:
+                cheapest[k] = c
+    return cheapest
