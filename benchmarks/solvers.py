@@ -674,18 +674,11 @@ def _machine() -> str:
             f"Python {platform.python_version()}, numpy {numpy.__version__}")
 
 
-def locality_report(args) -> str:
-    """The exact sparse dual with and without the renumbering by locality, side by side in one
-    process on the same lists and losses (synthetic rows of a 5-dimensional latent structure in
-    18 dimensions, 16 neighbours, logistic losses drifting over ``--locality-rounds`` rounds)."""
-    from unittest import mock
+def _locality_cases(args):
+    """(label, cost, labels, eps, losses of round k, rounds) for each size of ``--locality-n`` and
+    each setting of ``--locality-data`` (the real lists and per-round losses of the paper's fit)."""
+    from budro.transport import NeighborCost
 
-    from budro.solvers import _dual_sparse
-    from budro.solvers.dual import DualSolver
-    from budro.transport import NeighborCost, TransportProblem
-
-    lines = ["| points | rounds | renumbering (once) | per solve, given numbering (median) | per solve, renumbered "
-             "(median) | ratio | largest objective difference | same eta |", "|---|---|---|---|---|---|---|---|"]
     for n in args.locality_n:
         rng = np.random.default_rng(args.seed)
         Z = rng.normal(size=(n, 5)) @ rng.normal(size=(5, 18)) + 0.05 * rng.normal(size=(n, 18))
@@ -693,25 +686,52 @@ def locality_report(args) -> str:
         labels = rng.integers(0, 2, n)
         base = rng.normal(size=n)
 
-        def losses(k):
+        def losses(k, Z=Z, base=base):
             margin = base + 0.01 * k + 0.5 * np.sin(Z[:, 0] + 0.1 * k)
             return np.column_stack([np.logaddexp(0.0, margin), np.logaddexp(0.0, -margin)])
 
-        own = NeighborCost.from_lists(np.arange(1000)[:, None], np.zeros((1000, 1)))  # loads the compiled kernel
-        DualSolver().solve(TransportProblem(losses(0)[:1000], labels[:1000], own, 0.05))
+        yield f"synthetic {n:,}, m = 16", cost, labels, 0.05, losses, args.locality_rounds
+    for setting in args.locality_data:
+        r = _fit_rounds(setting, ROUNDS[setting])
+        if "nb" not in r:
+            raise SystemExit(f"locality: {setting}'s fit uses the full problem, not neighbour lists")
+        cost = NeighborCost.from_lists(r["nb"], r["nc"])
+        L = r["losses"]
+        yield (f"{setting} {L.shape[1]:,}, m = {r['nb'].shape[1]} (the paper's fit, every round)", cost, r["labels"],
+               float(r["eps"]), lambda k, L=L: L[k], L.shape[0])
+
+
+def locality_report(args) -> str:
+    """The exact sparse dual with and without the renumbering by locality, side by side in one
+    process on the same lists and losses: synthetic rows of a 5-dimensional latent structure in
+    18 dimensions, 16 neighbours, logistic losses drifting over ``--locality-rounds`` rounds; and
+    real settings (``--locality-data``: the lists and every round's losses of the paper's fit)."""
+    from unittest import mock
+
+    from budro.solvers import _dual_sparse
+    from budro.solvers.dual import DualSolver
+    from budro.transport import NeighborCost, TransportProblem
+
+    lines = ["| points | rounds | renumbering (once) | first solve, given / renumbered | per solve, given numbering "
+             "(median) | per solve, renumbered (median) | ratio | largest objective difference | same eta |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    own = NeighborCost.from_lists(np.arange(1000)[:, None], np.zeros((1000, 1)))  # loads the compiled kernel
+    DualSolver().solve(TransportProblem(np.ones((1000, 2)), np.zeros(1000, dtype=int), own, 0.05))
+    for label, cost, labels, eps, losses, rounds in _locality_cases(args):
         times = {"given": [], "renumbered": []}
         results = {"given": [], "renumbered": []}
         t0 = time.perf_counter()
-        _dual_sparse.locality(DualSolver(), cost)
+        _dual_sparse.locality_order(cost.neighbors)
         t_order = time.perf_counter() - t0
         solvers = {"given": DualSolver(), "renumbered": DualSolver()}
-        for k in range(args.locality_rounds):  # interleaved: the same load on both
+        for k in range(rounds):  # interleaved: the same load on both, each warm started as in a fit
             L = losses(k)
             for name in ("given", "renumbered"):
-                limit = 2**62 if name == "given" else _dual_sparse.LOCALITY_MIN_N
+                limit = 2**62 if name == "given" else 0
+                eta0 = results[name][-1][1] if results[name] else None
                 with mock.patch.object(_dual_sparse, "LOCALITY_MIN_N", limit):
                     t0 = time.perf_counter()
-                    r = solvers[name].solve(TransportProblem(L, labels, cost, 0.05))
+                    r = solvers[name].solve(TransportProblem(L, labels, cost, eps), eta0=eta0)
                     times[name].append(time.perf_counter() - t0)
                 results[name].append((r.objective, r.eta))
         # the first round builds the layout (and the renumbering): left out of the medians
@@ -719,12 +739,20 @@ def locality_report(args) -> str:
         diff = max(abs(x[0] - y[0]) for x, y in zip(results["given"], results["renumbered"]))
         same_eta = all(abs(x[1] - y[1]) <= 1e-9 * max(1.0, abs(x[1])) for x, y in zip(results["given"],
                                                                                      results["renumbered"]))
-        lines.append(f"| {n:,} | {args.locality_rounds} | {t_order:.2f} s | {1000 * a:.0f} ms | {1000 * b:.0f} ms | "
+        first = f"{1000 * times['given'][0]:.0f} / {1000 * times['renumbered'][0]:.0f} ms"
+        lines.append(f"| {label} | {rounds} | {t_order:.2f} s | {first} | {1000 * a:.1f} ms | {1000 * b:.1f} ms | "
                      f"{a / b:.2f} | {diff:.1e} | {'yes' if same_eta else 'NO'} |")
-    return ("Exact `dual` on neighbour lists (16 neighbours, compiled kernel, one kernel thread) with the points in "
-            "their given numbering and renumbered by locality (reverse Cuthill-McKee, `LOCALITY_MIN_N`), "
-            "interleaved round by round in one process on the same losses; medians over rounds 2..T.\n\n"
+    return ("Exact `dual` on neighbour lists (compiled kernel, one kernel thread) with the points in their given "
+            "numbering and renumbered by locality (reverse Cuthill-McKee, forced on or off whatever "
+            f"`LOCALITY_MIN_N`, now {_locality_min_n():,}), interleaved round by round in one process on the same "
+            "losses, each warm started from its previous round's eta as in a fit; medians over rounds 2..T.\n\n"
             + "\n".join(lines))
+
+
+def _locality_min_n() -> int:
+    from budro.solvers import _dual_sparse
+
+    return _dual_sparse.LOCALITY_MIN_N
 
 
 def _write(section: str, body: str, command: str, output: Path) -> None:
@@ -764,6 +792,8 @@ def main(argv=None) -> int:
     ap.add_argument("--locality-n", type=lambda v: [int(x) for x in v.split(",")], default=[100_000, 300_000, 1_000_000],
                     help="locality: numbers of points")
     ap.add_argument("--locality-rounds", type=int, default=8, help="locality: rounds per size")
+    ap.add_argument("--locality-data", type=lambda v: [x for x in v.split(",") if x], default=[],
+                    help="locality: real settings too (e.g. adult: its lists and every round's losses of the paper's fit)")
     ap.add_argument("--output", default=str(REPO / "docs" / "solvers-benchmark.md"))
     args = ap.parse_args(argv)
     command = "python benchmarks/solvers.py " + " ".join(argv)
