@@ -104,10 +104,12 @@ def sparse_layout(solver, problem: TransportProblem) -> "_SparseLayout":
 #: From this many points a neighbour-list problem is solved with its points renumbered so that
 #: neighbours get nearby numbers (reverse Cuthill-McKee on the neighbour graph): the kernels then
 #: read the losses of a list from nearby memory instead of anywhere in an array larger than the
-#: caches.  ``python benchmarks/solvers.py locality`` (synthetic, 16 neighbours, compiled kernel):
-#: 14 -> 12 ms per solve at 10^5 points, 49 -> 47 ms at 3 x 10^5, 483 -> 220 ms at 10^6; the
-#: renumbering costs 1.4 s once at 10^6.
-LOCALITY_MIN_N = 100_000
+#: caches.  ``python benchmarks/solvers.py locality --locality-n 20000,50000,100000,300000,1000000
+#: --locality-rounds 12 --locality-data adult`` (compiled kernel, idle machine, 2026-11-26): synthetic
+#: with 16 neighbours 1.00x at 2 x 10^4 points, 1.13x at 5 x 10^4, 1.16x at 10^5, 1.39x at 3 x 10^5,
+#: 427 -> 292 ms per solve at 10^6 (renumbering 1.35 s once); the real Adult lists (n = 36177,
+#: m = 32, every round of the paper's fit) 13.1 -> 11.9 ms, the first solve 28 -> 68 ms.
+LOCALITY_MIN_N = 30_000
 
 
 @dataclass(frozen=True, eq=False)
