@@ -744,15 +744,9 @@ def locality_report(args) -> str:
                      f"{a / b:.2f} | {diff:.1e} | {'yes' if same_eta else 'NO'} |")
     return ("Exact `dual` on neighbour lists (compiled kernel, one kernel thread) with the points in their given "
             "numbering and renumbered by locality (reverse Cuthill-McKee, forced on or off whatever "
-            f"`LOCALITY_MIN_N`, now {_locality_min_n():,}), interleaved round by round in one process on the same "
+            f"`LOCALITY_MIN_N`, now {_dual_sparse.LOCALITY_MIN_N:,}), interleaved round by round in one process on the same "
             "losses, each warm started from its previous round's eta as in a fit; medians over rounds 2..T.\n\n"
             + "\n".join(lines))
-
-
-def _locality_min_n() -> int:
-    from budro.solvers import _dual_sparse
-
-    return _dual_sparse.LOCALITY_MIN_N
 
 
 def _write(section: str, body: str, command: str, output: Path) -> None:

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         raise SystemExit(f"error: metric(s) {missing} not in both splits.csv files")
 
-    print(f"| split | adversary | {' | '.join(metrics)} |")
+    print(f"| split | method | {' | '.join(metrics)} |")
     print("|---|---|" + "---|" * len(metrics))
     for s in seeds:
         for name, rows in ((a.first_method, first), (a.second_method, second)):

@@ -43,7 +43,7 @@ from budro.exceptions import ValidationError
 from budro.solvers import _dual_full, _sizing
 from budro.solvers.base import Solver
 from budro.solvers.dual import _BELOW, _OPTIMAL, DualSolver, _result_from_entries, _switch_entries
-from budro.transport import DEFAULT_BLOCK_BYTES, EmbeddingCost, TransportProblem, TransportResult
+from budro.transport import DEFAULT_BLOCK_BYTES, ZERO_RTOL, EmbeddingCost, TransportProblem, TransportResult
 
 __all__ = ["DualSGDSolver", "run_sgd"]
 
@@ -371,7 +371,7 @@ class _Batches:
             # The formula and zero-snapping of EmbeddingCost (the batch only steers eta).
             scale = self.sq[:, None] + self.sq[cols][None, :]
             C = scale - 2.0 * (self.Z @ self.Z[cols].T)
-            C[C <= 1e-12 * scale] = 0.0
+            C[C <= ZERO_RTOL * scale] = 0.0
             C[cols, np.arange(cols.size)] = 0.0
         else:
             C = np.column_stack([p.cost.column_block(int(j), int(j) + 1)[:, 0] for j in cols])
@@ -402,7 +402,7 @@ class _Batches:
         cols = np.ascontiguousarray(cols, dtype=np.int64)
         G = self.Z @ self.Z[cols].T
         labels = np.ascontiguousarray(p.labels[cols], dtype=np.int64)
-        return _full_numba.batch_argmax_costs(G, self.sq, self.sq[cols], cols, p.losses, labels, float(eta), 1e-12)
+        return _full_numba.batch_argmax_costs(G, self.sq, self.sq[cols], cols, p.losses, labels, float(eta), ZERO_RTOL)
 
     def initial_eta(self, rng: np.random.Generator, size: int, eps: float) -> float:
         """A cold start: the eta at which one fixed minibatch of columns meets the budget (a
