@@ -11,6 +11,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -546,3 +547,32 @@ def test_every_constructor_parameter_has_a_default(factory):
     assert all(v is not REQUIRED for v in spec.parameters.values())
     factory(**spec.defaults())  # the defaults are accepted
     assert factory.exact and factory.guarantee
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 40), st.data())
+def test_plan_csc_equals_scipys_conversion(n, data):
+    """The recovery's plan laid out directly (one entry per column, at most one split column
+    appended) is the same canonical CSC array as scipy's coordinate conversion; other lists
+    fall back to that conversion."""
+    from budro.solvers._dual_plan import plan_csc
+
+    rows = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=n, max_size=n)), dtype=np.intp)
+    cols = np.arange(n)
+    vals = np.full(n, 1.0 / n)
+    split = data.draw(st.one_of(st.none(), st.integers(0, n - 1)))
+    if split is not None and n > 1:
+        other = data.draw(st.integers(0, n - 1).filter(lambda r: r != rows[split]))
+        theta = data.draw(st.floats(0.01, 0.99))
+        vals[split] = (1.0 - theta) / n
+        rows, cols, vals = np.append(rows, other), np.append(cols, split), np.append(vals, theta / n)
+    if data.draw(st.booleans()):  # any other order: the general path
+        perm = np.array(data.draw(st.permutations(range(rows.size))), dtype=np.intp)
+        rows, cols, vals = rows[perm], cols[perm], vals[perm]
+    got = plan_csc(rows, cols, vals, n)
+    want = sp.csc_array((vals, (rows, cols)), shape=(n, n))
+    want.sort_indices()
+    assert got.shape == (n, n) and got.has_canonical_format
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.data, want.data)

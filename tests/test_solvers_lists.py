@@ -219,3 +219,38 @@ def test_collapsed_solve_never_builds_the_n_by_n_matrix():
                                rtol=0, atol=1e-12)
     small = TransportProblem(losses[:300], labels[:300], EmbeddingCost(Z[:300]), 0.05)
     assert_same_optimum(DualSolver().solve(small), LPSolver().solve(small))
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="the compiled recovery needs numba (pip install 'budro[fast]')")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 30), K=st.integers(1, 3), data=st.data())
+def test_compiled_recovery_equals_the_numpy_recovery_bit_for_bit(n, K, data):
+    """``result_from_switch(compiled=True)`` (one numba pass) against ``_switch_entries`` +
+    ``_result_from_entries``: the same entries, plan, weights, objective, cost, split column and
+    switched count, to the last bit, with tied and equal rows, zero and negative cost increases,
+    budgets below, at and above every switch, and no switch at all."""
+    from budro.solvers._dual_plan import result_from_switch
+
+    ints = st.integers(0, n - 1)
+    rows_cheap = np.array(data.draw(st.lists(ints, min_size=n, max_size=n)), dtype=np.intp)
+    rows_dear = np.array(data.draw(st.lists(ints, min_size=n, max_size=n)), dtype=np.intp)
+    small = st.sampled_from([0.0, 0.25, 0.5, 1.0, 1e-17, 0.1, 2.0 / 3.0])
+    cost_cheap = np.array(data.draw(st.lists(small, min_size=n, max_size=n)))
+    cost_dear = np.array(data.draw(st.lists(small, min_size=n, max_size=n)))
+    losses = np.array(data.draw(st.lists(st.floats(0.0, 5.0), min_size=n * K, max_size=n * K))).reshape(n, K)
+    labels = np.array(data.draw(st.lists(st.integers(0, K - 1), min_size=n, max_size=n)), dtype=np.intp)
+    eps = data.draw(st.sampled_from([0.0, 1e-3, 0.1, 0.3, 0.5, 1.0]))
+    switch = data.draw(st.booleans())
+    problem = TransportProblem(losses, labels, DenseCost(np.zeros((n, n))), eps)
+    a, split_a, moved_a = result_from_switch(problem, (rows_cheap, cost_cheap), (rows_dear, cost_dear), switch,
+                                             compiled=False, solver="dual")
+    b, split_b, moved_b = result_from_switch(problem, (rows_cheap, cost_cheap), (rows_dear, cost_dear), switch,
+                                             compiled=True, solver="dual")
+    assert (split_a, moved_a) == (split_b, moved_b)
+    assert a.objective == b.objective and a.transport_cost == b.transport_cost
+    np.testing.assert_array_equal(a.weights, b.weights)
+    pa, pb = a.plan.tocsc(), b.plan.tocsc()
+    pa.sort_indices()
+    np.testing.assert_array_equal(pa.indptr, pb.indptr)
+    np.testing.assert_array_equal(pa.indices, pb.indices)
+    np.testing.assert_array_equal(pa.data, pb.data)

@@ -96,6 +96,9 @@ def check_plan(problem, res):
     dense = res.plan.toarray()
     R = problem.column_losses()
     assert abs(float(np.sum(dense * R)) - res.objective) <= 1e-12 * max(1.0, abs(res.objective))
+    assert res.plan.has_canonical_format
+    by_label = np.stack([dense[:, problem.labels == k].sum(axis=1) for k in range(problem.n_labels)], axis=1)
+    np.testing.assert_allclose(res.weights, by_label, rtol=0, atol=1e-15)
     Cd = NeighborCost.column_block(problem.cost, 0, n)
     moved = np.sum(dense * np.where(dense > 0, Cd, 0.0))
     assert abs(float(moved) - res.transport_cost) <= 1e-12 * max(1.0, problem.eps)

@@ -78,9 +78,8 @@ from budro.solvers._dual_plan import (
     _OPTIMAL,
     _Candidates,
     _DualPoint,
-    _result_from_entries,
-    _switch_entries,
     _upper_hulls,
+    result_from_switch,
     tie_margin,
 )
 from budro.transport import ZERO_RTOL, EmbeddingCost, TransportProblem, TransportResult
@@ -775,8 +774,6 @@ def solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> Tr
         cheap, dear, switch = (np.arange(n), np.zeros(n)), (a.lo, a.c_lo), True
     else:
         cheap, dear, switch = (b.hi, b.c_hi), (b.hi, b.c_hi), False
-    rows, cols, vals, entry_costs, split_column, n_switched = _switch_entries(
-        problem, cheap[0], dear[0], switch, costs=(cheap[1], dear[1]))
     dual_value = point.value if certified else eps * point.eta + float(upper.mean())
     info = {
         "full": True,
@@ -797,12 +794,11 @@ def solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> Tr
         "cpu_seconds": time.process_time() - c0,
         "full_evaluations": 0,
         "sparse": False,
-        "split_column": split_column,
-        "n_switched": n_switched,
     }
-    result = _result_from_entries(problem, rows, cols, vals, entry_costs, eta=point.eta, dual_objective=dual_value,
-                                  n_iter=evals, converged=bool(certified and found is not None), solver=solver.name,
-                                  info=info)
+    result, split_column, n_switched = result_from_switch(
+        problem, cheap, dear, switch, compiled=compiled(solver), eta=point.eta, dual_objective=dual_value,
+        n_iter=evals, converged=bool(certified and found is not None), solver=solver.name, info=info)
+    info.update(split_column=split_column, n_switched=n_switched)
     result.info["gap"] = dual_value - result.objective
     return result
 

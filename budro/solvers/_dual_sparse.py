@@ -181,10 +181,19 @@ def solve_renumbered(solver, problem: TransportProblem, order: "_Locality", eta0
     r = solver._solve(inner, eta0=eta0)
     weights = np.take(r.weights, order.inv, axis=0)
     plan = r.plan
-    if plan is not None:
+    if plan is not None:  # column p of the inner plan is column perm[p]; its rows are renumbered too
         plan = sp.csc_array(plan)
-        columns = np.repeat(perm, np.diff(plan.indptr))
-        plan = sp.csc_array((plan.data, (np.take(perm, plan.indices), columns)), shape=(n, n))
+        counts = np.diff(plan.indptr)[order.inv]  # entries of each original column
+        indptr = np.zeros(n + 1, dtype=plan.indptr.dtype)
+        np.cumsum(counts, out=indptr[1:])
+        first = plan.indptr[:-1][order.inv]
+        if indptr[-1] == n:  # one entry per column (no split column): a gather
+            at = first
+        else:
+            at = np.repeat(first - indptr[:-1], counts) + np.arange(indptr[-1], dtype=first.dtype)
+        indices = np.take(perm, plan.indices[at]).astype(plan.indices.dtype, copy=False)
+        plan = sp.csc_array((plan.data[at], indices, indptr), shape=(n, n))
+        plan.sort_indices()
     info = dict(r.info)
     if info.get("split_column") is not None:
         info["split_column"] = int(perm[info["split_column"]])

@@ -200,3 +200,24 @@ def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray,
     total = _kernels().evaluate(starts, rows, R, C, float(eta), float(tie_rtol), float(scale), weights, lo, hi, c_lo,
                                 c_hi)
     return float(total), lo, hi, c_lo, c_hi
+
+
+def switch_plan(rows_cheap: np.ndarray, rows_dear: np.ndarray, cost_cheap: np.ndarray, cost_dear: np.ndarray,
+                deficit: float, switch: bool, labels: np.ndarray, losses: np.ndarray):
+    """The exact recovery and the plan's weights in one compiled pass (``_sparse_numba.switch_plan``):
+    ``(rows, cols, vals, entry_costs, entry_losses, weights, split_column or None, n_switched)``."""
+    n = rows_cheap.size
+    K = losses.shape[1]
+    out_rows = np.empty(n + 1, dtype=np.intp)
+    out_cols = np.empty(n + 1, dtype=np.intp)
+    out_vals = np.empty(n + 1)
+    out_costs = np.empty(n + 1)
+    out_loss = np.empty(n + 1)
+    weights = np.zeros((n, K))
+    size, split, n_switched = _kernels().switch_plan(
+        np.ascontiguousarray(rows_cheap, dtype=np.intp), np.ascontiguousarray(rows_dear, dtype=np.intp),
+        np.ascontiguousarray(cost_cheap, dtype=np.float64), np.ascontiguousarray(cost_dear, dtype=np.float64),
+        float(deficit), bool(switch), np.ascontiguousarray(labels, dtype=np.intp),
+        np.ascontiguousarray(losses, dtype=np.float64), out_rows, out_cols, out_vals, out_costs, out_loss, weights)
+    return (out_rows[:size], out_cols[:size], out_vals[:size], out_costs[:size], out_loss[:size], weights,
+            None if split < 0 else int(split), int(n_switched))

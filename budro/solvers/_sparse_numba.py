@@ -333,3 +333,68 @@ def evaluate(starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo, c_
                     chi, rhi = c, i
         lo[j], hi[j], c_lo[j], c_hi[j] = rlo, rhi, clo, chi
     return total
+
+
+@numba.njit(cache=True, nogil=True)
+def switch_plan(rows_cheap, rows_dear, cost_cheap, cost_dear, deficit, switch, labels, losses, out_rows, out_cols,
+                out_vals, out_costs, out_loss, weights):
+    """The exact recovery of ``budro.solvers._dual_plan._switch_entries`` and the weights of
+    ``_result_from_entries`` in one pass, with the same arithmetic in the same order (the
+    budget's running sum is numpy's sequential ``cumsum``; the weights are added entry by entry
+    as ``np.bincount`` does).  Writes the plan's entries (``out_*``, n or n + 1 of them: the
+    columns in order, then the split column's second row) with each entry's loss, adds them to
+    ``weights`` (n, K, zeros on entry) and returns (entries, split column or -1, columns switched)."""
+    n = rows_cheap.size
+    share = 1.0 / n
+    for j in range(n):
+        out_rows[j] = rows_cheap[j]
+        out_cols[j] = j
+        out_vals[j] = share
+        out_costs[j] = cost_cheap[j]
+    size = n
+    split = -1
+    n_switched = 0
+    if switch and deficit > 0.0:
+        # k = the first column where the running sum of the cost increases reaches the deficit
+        reach = 0.0
+        before = 0.0
+        k = n
+        for j in range(n):
+            d = cost_dear[j] - cost_cheap[j] if rows_dear[j] != rows_cheap[j] else 0.0
+            if d < 0.0:
+                d = 0.0
+            before = reach
+            reach += d
+            if reach >= deficit:
+                k = j
+                break
+        any_positive = k < n or reach > 0.0
+        if any_positive:
+            for j in range(k):
+                if rows_dear[j] != rows_cheap[j] and cost_dear[j] - cost_cheap[j] > 0.0:
+                    out_rows[j] = rows_dear[j]
+                    out_costs[j] = cost_dear[j]
+                    n_switched += 1
+            if k < n:
+                d = cost_dear[k] - cost_cheap[k] if rows_dear[k] != rows_cheap[k] else 0.0
+                if d < 0.0:
+                    d = 0.0
+                base = before if k > 0 else 0.0
+                theta = min(1.0, max(0.0, (deficit - base) / d))
+                if theta >= 1.0:
+                    out_rows[k] = rows_dear[k]
+                    out_costs[k] = cost_dear[k]
+                    n_switched += 1
+                elif theta > 0.0:
+                    split = k
+                    out_vals[k] = (1.0 - theta) / n
+                    out_rows[n] = rows_dear[k]
+                    out_cols[n] = k
+                    out_vals[n] = theta / n
+                    out_costs[n] = cost_dear[k]
+                    size = n + 1
+    for e in range(size):
+        label = labels[out_cols[e]]
+        out_loss[e] = losses[out_rows[e], label]
+        weights[out_rows[e], label] += out_vals[e]
+    return size, split, n_switched

@@ -377,18 +377,14 @@ class DualSolver(Solver):
             "reduced": None if reduced is None else (reduced.n_groups, reduced.n_classes),
             "full_evaluations": n_full,
         }
-        if sparse:
-            rows, cols, vals, entry_costs, split_column, n_switched = _switch_entries(
-                problem, cheap[0], dear[0], switch, costs=(cheap[1], dear[1])
-            )
-            result = _result_from_entries(problem, rows, cols, vals, entry_costs, **meta, info=info)
-        elif reduced is not None:
-            # The plan's costs are the groups' costs the reduced problem was solved with (O(n)).
-            costs = (reduced.plan_costs(cheap[0]), reduced.plan_costs(dear[0]))
-            rows, cols, vals, entry_costs, split_column, n_switched = _switch_entries(
-                problem, cheap[0], dear[0], switch, costs=costs
-            )
-            result = _result_from_entries(problem, rows, cols, vals, entry_costs, **meta, info=info)
+        if sparse or reduced is not None:
+            if reduced is not None and found is None and a is not None and b is None:
+                # cheap is the empirical plan: its costs are the groups' own (the diagonal of D)
+                cheap = (cheap[0], reduced.plan_costs(cheap[0]))
+            # The argmax costs are the listed costs (of the neighbour lists, or the groups' costs
+            # the reduced problem was solved with), exactly what cost.entries would give: O(n).
+            result, split_column, n_switched = _dual_plan.result_from_switch(
+                problem, cheap, dear, switch, compiled=_dual_sparse.compiled(self), **meta, info=info)
         else:
             plan, split_column, n_switched = _switch_until_budget(problem, cheap[0], dear[0], switch)
             result = TransportResult.from_plan(problem, plan, **meta, info=info)
