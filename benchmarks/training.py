@@ -193,6 +193,24 @@ def run_case(case: dict) -> dict:
     out["plain_round_ms"] = 1000 * out["plain_s"] / rounds
     out["ratio"] = out["budro_round_ms"] / out["plain_round_ms"]
     out["fit_ratio"] = out["budro_s"] / out["plain_s"]
+    if case.get("second_fit") and case["kind"] == "paper":
+        # Both fits again in the same process: what every fit after the process's first costs
+        # (numba, XGBoost and LightGBM initialised, the compiled kernels loaded; a notebook, a
+        # service, a cross-validation or an experiment's later splits).
+        t0 = time.perf_counter()
+        plain_backend.fit_native(Xa, y, 2, rounds, random_state=0)
+        out["plain2_s"] = time.perf_counter() - t0
+        trainers.clear()
+        clf2 = BuDROClassifier(backend=case["backend"], backend_params=backend_params, eps=eps, n_steps=rounds - 1,
+                               random_state=0, n_neighbors=m, callbacks=[keep], **estimator)
+        keep_rounds.clear()
+        t0 = time.perf_counter()
+        clf2.fit(X, y)
+        budro2_s = time.perf_counter() - t0
+        second = _breakdown(clf2, trainers[0] if trainers else None, budro2_s, rounds)
+        out["second"] = {"budro_s": budro2_s, "plain_s": out["plain2_s"], **second,
+                         "plain_round_ms": 1000 * out["plain2_s"] / rounds}
+        out["second"]["ratio"] = second["budro_round_ms"] / out["second"]["plain_round_ms"]
     if kept_problems:
         out["exactness"] = _exactness(clf, Xa, y, eps, kept_problems)
     return out
@@ -460,6 +478,20 @@ def _report(results: list[dict], command: str) -> str:
             f"{_fmt(r['bookkeeping_ms'])} | {r['outside_loop_ms']:.2f} | {r['time_solve_ms']:.2f} | "
             f"{r['first_solve_ms']:.0f} | {r['setup_s']:.2f} | {r['plain_s']:.2f} | {r['budro_s']:.2f} | "
             f"{r['fit_ratio']:.1f} | {r['budro_rss_mib']:.0f} |")
+    seconds = [r for r in results if "second" in r]
+    if seconds:
+        lines += ["", "The same two fits again in the same process (a second fit: numba and the boosters initialised, "
+                  "the compiled kernels loaded, as for every fit after a process's first):", "",
+                  "| setting | backend | trees | plain ms/round | BuDRO ms/round | ratio | losses | solve | tree | loop | "
+                  "outside | solve med. | 1st solve ms | plain fit s | BuDRO fit s |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in seconds:
+            q = r["second"]
+            lines.append(
+                f"| {r.get('setting')} | {r['backend']} | {r['rounds']} | {q['plain_round_ms']:.2f} | {q['budro_round_ms']:.2f} | "
+                f"**{q['ratio']:.2f}** | {q['time_losses_mean_ms']:.2f} | {q['time_solve_mean_ms']:.2f} | "
+                f"{q['time_tree_mean_ms']:.2f} | {_fmt(q['bookkeeping_ms'])} | {q['outside_loop_ms']:.2f} | "
+                f"{q['time_solve_ms']:.2f} | {q['first_solve_ms']:.1f} | {q['plain_s']:.2f} | {q['budro_s']:.2f} |")
     lines += ["", "Parameters (the BuDRO method of experiments/<setting>.toml, translated by name as `budro compare` "
               "does; LightGBM's num_leaves = 2^max_depth):", ""]
     for r in results:
@@ -527,6 +559,16 @@ def _tree_cost_report(results: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _second_fit(r: dict, limit: float, full: bool) -> str:
+    """The verdict on the per-round ratio of the second fit in the same process, if measured."""
+    q = r.get("second")
+    if not q:
+        return ""
+    ok = "met" if q["ratio"] <= limit else "NOT met"
+    return (f"; a second fit in the same process {q['ratio']:.2f} ({ok}{'' if full else ' (not a full run)'}; "
+            f"plain {q['plain_round_ms']:.2f}, BuDRO {q['budro_round_ms']:.2f} ms per round)")
+
+
 #: The issue's targets (issue 13): (what, which results, test, limit).
 def _targets(paper: list[dict], whole: list[dict]) -> list[str]:
     lines = []
@@ -539,10 +581,11 @@ def _targets(paper: list[dict], whole: list[dict]) -> list[str]:
             continue
         full = r["rounds_scale"] == 1.0
         lines.append(f"- {dict(german='German', compas='COMPAS')[r['setting']]}, {r['backend']}: whole fit at the paper's settings {r['budro_s']:.2f} s "
-                     f"(target <= 1 s: {verdict(r['budro_s'] <= 1.0, full)}); BuDRO / plain time per round "
-                     f"{r['ratio']:.1f} (target <= 10: {verdict(r['ratio'] <= 10, full)}; the first solve, which loads "
-                     f"numba's kernels, {r['first_solve_ms']:.0f} ms, is {r['first_solve_ms'] / r['rounds']:.2f} ms of "
-                     f"the {r['budro_round_ms']:.2f} ms per round)")
+                     f"(target <= 1 s: {verdict(r['budro_s'] <= 1.0, full)}); BuDRO / plain time per round, "
+                     f"first fit of a fresh process {r['ratio']:.1f} (target <= 10: {verdict(r['ratio'] <= 10, full)}; "
+                     f"the first solve, which initialises numba and loads its kernels, {r['first_solve_ms']:.0f} ms, "
+                     f"is {r['first_solve_ms'] / r['rounds']:.2f} ms of the {r['budro_round_ms']:.2f} ms per round)"
+                     + _second_fit(r, 10.0, full))
     for r in paper:
         if r.get("kind") == "synthetic" and "error" not in r and r.get("n", 0) >= 1_000_000:
             lines.append(f"- {r['n']:,} x {r['d']} synthetic, {r['rounds']} rounds: whole fit {r['budro_s']:.1f} s "
@@ -554,8 +597,9 @@ def _targets(paper: list[dict], whole: list[dict]) -> list[str]:
         limit = {"xgboost": 3.0, "lightgbm": 1.5}.get(r["backend"])
         full = r["rounds_scale"] == 1.0
         if limit is not None:
-            lines.append(f"- Adult, {r['backend']}: BuDRO / plain time per round {r['ratio']:.2f} (target <= {limit:g}: "
-                         f"{verdict(r['ratio'] <= limit, full)})")
+            lines.append(f"- Adult, {r['backend']}: BuDRO / plain time per round, first fit of a fresh process "
+                         f"{r['ratio']:.2f} (target <= {limit:g}: {verdict(r['ratio'] <= limit, full)})"
+                         + _second_fit(r, limit, full))
         lines.append(f"- Adult, {r['backend']}: end to end {r['budro_s']:.1f} s (earlier target <= 30 s: "
                      f"{verdict(r['budro_s'] <= 30, full)}); peak RSS {r['budro_rss_mib']:.0f} MiB (earlier target "
                      f"<= 2048: {verdict(r['budro_rss_mib'] <= 2048, full)})")
@@ -672,6 +716,9 @@ def main(argv=None) -> int:
                          "about 100 s per round at Adult)")
     ap.add_argument("--neighbors", default="config",
                     help="n_neighbors of the sparse settings (Adult): an integer, or 'config' for SETTINGS' value")
+    ap.add_argument("--second-fit", action=argparse.BooleanOptionalAction, default=True,
+                    help="paper settings: fit plain and BuDRO a second time in the same process and report that "
+                         "too (every fit after a process's first; default on)")
     ap.add_argument("--output", default=str(REPO / "docs" / "performance.md"))
     ap.add_argument("--json", help="also write raw results here")
     ap.add_argument("--readme", default="auto",
@@ -699,7 +746,7 @@ def main(argv=None) -> int:
     for s in settings:
         for b in backends:
             cases.append({"kind": "paper", "setting": s, "backend": b, "threads": threads,
-                          "rounds_scale": args.rounds_scale,
+                          "rounds_scale": args.rounds_scale, "second_fit": args.second_fit,
                           "n_neighbors": (args.neighbors if args.neighbors == "config" else int(args.neighbors))
                           if SETTINGS[s]["n_neighbors"] else None,
                           "exactness_rounds": args.exactness if SETTINGS[s]["n_neighbors"] and b == backends[0] else 0})

@@ -254,3 +254,14 @@ def test_compiled_recovery_equals_the_numpy_recovery_bit_for_bit(n, K, data):
     np.testing.assert_array_equal(pa.indptr, pb.indptr)
     np.testing.assert_array_equal(pa.indices, pb.indices)
     np.testing.assert_array_equal(pa.data, pb.data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 12), st.integers(1, 4), st.integers(0, 2**31))
+def test_stable_row_argsort_is_numpys_stable_argsort(rows, cols, values, seed):
+    """The complete lists' order: numpy's stable argsort, exactly, ties (few distinct values) included."""
+    a = np.random.default_rng(seed).integers(0, values, size=(rows, cols)).astype(float) / 3.0
+    order, s = _dual_lists.stable_row_argsort(a)
+    want = np.argsort(a, axis=1, kind="stable")
+    np.testing.assert_array_equal(order, want)
+    np.testing.assert_array_equal(s, np.take_along_axis(a, want, axis=1))

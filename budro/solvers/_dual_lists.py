@@ -129,9 +129,8 @@ def reduction(solver, problem: TransportProblem) -> Reduction | None:
         else:
             D = np.ascontiguousarray(cost.C[np.ix_(first, first)])
         lists = np.ascontiguousarray(D[:, class_group].T)  # (classes, groups): row u of class c
-        order = np.argsort(lists, axis=1, kind="stable")
+        order, C = stable_row_argsort(lists)
         rows = np.ascontiguousarray(order.astype(np.intp))
-        C = np.ascontiguousarray(np.take_along_axis(lists, order, axis=1))
         weights = np.bincount(col_class, minlength=n_cls).astype(np.float64)
         layout = _SparseLayout(neighbors=None, neighbor_costs=None, labels=class_label, K=K, rows=rows, C=C,
                                flat=flat_index(rows, class_label, K),
@@ -145,6 +144,20 @@ def reduction(solver, problem: TransportProblem) -> Reduction | None:
                     col_class=None if identity_cols else col_class, layout=layout, group=group, D=D)
     solver._reduction_cache = red
     return red if layout is not None else None
+
+
+def stable_row_argsort(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.argsort(a, axis=1, kind="stable")`` and the sorted rows, by numpy's faster unstable
+    sort (2.4x at 800 x 800) with the rows that hold equal values sorted again stably (only
+    there can the two orders differ)."""
+    order = np.argsort(a, axis=1)
+    s = np.take_along_axis(a, order, axis=1)
+    if a.shape[1] > 1:
+        tied = np.flatnonzero((s[:, 1:] == s[:, :-1]).any(axis=1))
+        if tied.size:
+            order[tied] = np.argsort(a[tied], axis=1, kind="stable")
+            s[tied] = np.take_along_axis(a[tied], order[tied], axis=1)
+    return order, np.ascontiguousarray(s)
 
 
 def candidates(solver, problem: TransportProblem, red: Reduction) -> tuple[_Candidates, int]:
