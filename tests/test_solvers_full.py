@@ -358,3 +358,32 @@ def test_commit_replaces_exactly_the_rescanned_lists(share):
     if cols.size:
         new_rows[:] = -1  # the state does not share the scan's arrays
         assert (st.rows >= 0).all()
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="the output room is the compiled scan's")
+@pytest.mark.parametrize("cap", [(1, 1), (2, 3), (5, 2)])
+def test_lists_longer_than_the_scan_room_are_rescanned_alone_with_the_same_result(cap, monkeypatch):
+    """Columns whose lists overflow the compiled scan's room are scanned again on their own and
+    merged in by column: the block's lists, bounds, masks and margins equal a scan with ample
+    room, entry for entry (ties, duplicated points)."""
+    rng = np.random.default_rng(11)
+    n = 240
+    losses, labels, Z = make_instance(rng, n, 2, n_distinct=150, d=3)
+    problem = TransportProblem(losses, labels, EmbeddingCost(Z, cache_bytes=0), 0.3)
+    outs = []
+    for room in ((n, n), cap):
+        monkeypatch.setattr(_dual_full, "_LIST_CAP", room)
+        solver = FullPathSolver(kernel="numba")
+        st_ = _dual_full._state(solver, problem)
+        for w, delta in ((0.2, 0.5), (0.9, np.inf)):
+            E, q_lo, q_hi = _dual_full._grid(0.7, w, 1.0)
+            cols = np.arange(1, n, 2)
+            outs.append(_dual_full._scan_block(solver, st_, losses, cols, E, q_lo, q_hi, delta, 0.5))
+    half = len(outs) // 2
+    for ample, small in zip(outs[:half], outs[half:]):
+        assert int(small[3].max()) > max(cap)  # some lists did overflow the small room
+        for a, b in zip(ample, small):
+            np.testing.assert_array_equal(a, b)
+    # and whole solves agree with the dense optimum under the small room
+    solver = FullPathSolver(kernel="numba")
+    assert_optimal(solver.solve(problem), dense(problem), problem)

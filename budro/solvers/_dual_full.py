@@ -101,6 +101,9 @@ _DELTA_MIN = 0.01
 _HORIZON = 8
 #: Most members per column at a scan: past it the drift allowance is divided by 4, 16, 64.
 _KMAX = 1024
+#: Room per column in a compiled scan's output (finite allowance, whole hulls); longer lists
+#: (a few columns per block) are scanned again alone with room for the longest.
+_LIST_CAP = (64, 1024)
 #: Columns of the cold sample that estimates eta* (at most).
 _SAMPLE = 256
 #: Anchors kept alive at once (at most _ANCHOR_BYTES of their losses, at least 8).
@@ -394,31 +397,48 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     masks = np.zeros(b, dtype=np.int64)
     mus = np.empty(b)
     counts = np.zeros(b, dtype=np.int64)
-    cap = 64 if math.isfinite(delta) else 1024
+    cap = _LIST_CAP[0] if math.isfinite(delta) else _LIST_CAP[1]
     fast = fast_grid(E, q_lo, q_hi)
     threads = solver.kernel_threads
     import numba
 
     use = numba.get_num_threads() if threads is None else max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
     cols64 = cols.astype(np.int64)
-    while True:
-        out_rows = np.empty(b * cap, dtype=np.int64)
-        out_C = np.empty(b * cap)
-        out_R = np.empty(b * cap)
+
+    def run(sel, D_sel, X_sel, masks_sel, mus_sel, counts_sel, cap_sel):
+        m = sel.size
+        out = (np.empty(m * cap_sel, dtype=np.int64), np.empty(m * cap_sel), np.empty(m * cap_sel))
         before = numba.get_num_threads()
         numba.set_num_threads(use)
         try:
-            _full_numba.scan(cols64, inv[cols64], D, sqc_p, st.kappa, float(st.sqc.max()), st.cost.Z, st.cost._sq,
+            _full_numba.scan(sel, inv[sel], D_sel, sqc_p, st.kappa, float(st.sqc.max()), st.cost.Z, st.cost._sq,
                              ZERO_RTOL, LTp, LT, st.labels, E, q_lo, q_hi, float(delta), float(mu), _KMAX, gid_p,
-                             st.gid, order, seg, fast, X, masks, mus, out_rows, out_C, out_R, counts, cap,
-                             max(1, min(b, 4 * use)))
+                             st.gid, order, seg, fast, X_sel, masks_sel, mus_sel, *out, counts_sel, cap_sel,
+                             max(1, min(m, 4 * use)))
         finally:
             numba.set_num_threads(before)
-        if counts.min() >= 0:
-            break
-        cap = int(-counts.min())  # rerun with room for the longest list (rare)
-    take = (np.arange(cap)[None, :] < counts[:, None]).reshape(-1)
-    return out_rows[take], out_C[take], out_R[take], counts, X, masks, mus
+        return out
+
+    out_rows, out_C, out_R = run(cols64, D, X, masks, mus, counts, cap)
+    take = (np.arange(cap)[None, :] < counts[:, None]).reshape(-1)  # a list over cap: counts < 0, none taken
+    over = np.flatnonzero(counts < 0)
+    if over.size == 0:
+        return out_rows[take], out_C[take], out_R[take], counts, X, masks, mus
+    # Lists longer than cap (a few columns of a block): only those columns are scanned again, with
+    # room for the longest (each column's scan depends on its own data alone, so this gives what
+    # a rerun of the whole block would), and their lists are merged in by column.
+    cap2 = int(-counts[over].min())
+    X2, masks2, mus2, counts2 = X[over], masks[over], mus[over], np.zeros(over.size, dtype=np.int64)
+    rows2, C2, R2 = run(cols64[over], np.ascontiguousarray(D[over]), X2, masks2, mus2, counts2, cap2)
+    assert counts2.min() >= 0
+    X[over], masks[over], mus[over], counts[over] = X2, masks2, mus2, counts2
+    take2 = (np.arange(cap2)[None, :] < counts2[:, None]).reshape(-1)
+    kept = np.ones(b, dtype=bool)
+    kept[over] = False
+    first = np.repeat(np.flatnonzero(kept), counts[kept])
+    by_col = np.argsort(np.concatenate((first, np.repeat(over, counts2))), kind="stable")
+    return (np.concatenate((out_rows[take], rows2[take2]))[by_col], np.concatenate((out_C[take], C2[take2]))[by_col],
+            np.concatenate((out_R[take], R2[take2]))[by_col], counts, X, masks, mus)
 
 
 def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id) -> None:
