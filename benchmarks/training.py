@@ -14,7 +14,9 @@ Three measurements, each case in its own child process:
   per-round breakdown (losses = margins + per-label losses, transport solve, tree, the loop's
   bookkeeping, and the work outside the loop: the booster's start with f_0, finish, input
   checks), the first solve (it loads the compiled kernel), set-up time (fair metric and
-  neighbour graph), whole-fit times and peak resident memory.  With ``--exactness K`` the full
+  neighbour graph), whole-fit times and peak resident memory; then both fits again in the same
+  process (``--second-fit``, the default: what every fit after a process's first costs, numba
+  and the boosters initialised), reported beside the first.  With ``--exactness K`` the full
   (dense) transport problem is solved exactly at K rounds of the sparse run and the objective
   the sparse adversary keeps is reported, so speed is never bought with a silent change of the
   problem;
