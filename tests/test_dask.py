@@ -579,3 +579,26 @@ def test_property_distributed_search_is_the_dual_solve_on_the_union(monkeypatch,
             nb, nc = shard.own_lists()
             np.testing.assert_array_equal(nb, cost.neighbors)
             np.testing.assert_array_equal(nc, cost.neighbor_costs)
+
+
+def test_tracker_is_started_with_a_bootstrap_and_shutdown_timeout():
+    """XGBoost's tracker on the scheduler gets COLLECTIVE_TIMEOUT (xgboost.dask's default, none,
+    would leave its thread waiting for ever after a fit that failed before every shard joined)."""
+    from budro.dask import _estimator
+
+    calls = []
+
+    class _Scheduler:
+        address = "tcp://127.0.0.1:8786"
+
+    class _Client:
+        scheduler = _Scheduler()
+
+        def run_on_scheduler(self, function, *args):
+            calls.append((function.__name__, args))
+            return {"dmlc_tracker_uri": "127.0.0.1", "dmlc_tracker_port": 9091}
+
+    out = _estimator._tracker_args(_Client(), 3)
+    assert calls == [("_start_tracker", (3, "127.0.0.1", None, _estimator.COLLECTIVE_TIMEOUT))]
+    assert out == [{"dmlc_tracker_uri": "127.0.0.1", "dmlc_tracker_port": 9091}] * 3
+    assert 0 < _estimator.COLLECTIVE_TIMEOUT

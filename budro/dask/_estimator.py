@@ -973,7 +973,10 @@ def _backend_for_workers(backend: Any, client: Any, workers: list) -> Any:
 
 
 def _tracker_args(client: Any, n: int) -> list[dict]:
-    """Start XGBoost's tracker on the scheduler (as xgboost.dask does) for ``n`` shards."""
+    """Start XGBoost's tracker on the scheduler (as xgboost.dask does) for ``n`` shards, with
+    ``COLLECTIVE_TIMEOUT`` for the group's bootstrap and shutdown (xgboost.dask's default is no
+    timeout: a fit that fails before every shard has joined, or without shutting the group down,
+    would leave the tracker's thread waiting on the scheduler for ever)."""
     from distributed.comm import get_address_host
     from xgboost.dask import _start_tracker
 
@@ -981,7 +984,7 @@ def _tracker_args(client: Any, n: int) -> list[dict]:
         host = get_address_host(client.scheduler.address).strip("/:")
     except Exception:  # noqa: BLE001
         host = None
-    env = client.run_on_scheduler(_start_tracker, n, host, None, 0)
+    env = client.run_on_scheduler(_start_tracker, n, host, None, COLLECTIVE_TIMEOUT)
     return [dict(env) for _ in range(n)]
 
 
