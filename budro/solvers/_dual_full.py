@@ -184,7 +184,6 @@ class _FullState:
     previous: np.ndarray | None = None
     rate: float = 0.0
     stamp: int = 0
-    workspace: object = None
     scanned: int = 0  # columns scanned in all (for full passes)
     rounds: int = 0
     perm: tuple | None = None
@@ -628,10 +627,10 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
     losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
     tau = tie_margin(solver, problem)
     if compiled(solver):
-        size = int(st.ptr[-1])
-        ws = st.workspace
-        if ws is None or ws.out_rows.size < size:
-            ws = st.workspace = _sparse_kernels.Workspace(n, int(size * 1.25) + n)
+        # A fresh workspace each round (its outputs are copied below): np.empty only maps pages,
+        # and a kept one would stay resident wherever a round once wrote (the early rounds' nearly
+        # tied losses write millions of candidates: ~0.5 GB kept for the rest of an Adult fit).
+        ws = _sparse_kernels.Workspace(n, max(int(st.ptr[-1]), 1))
         rows, cols, R, C, _, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
             st.labels, K, st.C, st.flat, losses_flat, tau, np.ones(n), threads=solver.kernel_threads, workspace=ws,
             ptr=st.ptr, width=st.width)
