@@ -148,8 +148,8 @@ def reduction(solver, problem: TransportProblem) -> Reduction | None:
 
 def stable_row_argsort(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.argsort(a, axis=1, kind="stable")`` and the sorted rows, by numpy's faster unstable
-    sort (on German's 800 x 800 lists less than half the stable sort's time) with the rows that hold equal values sorted again stably (only
-    there can the two orders differ)."""
+    sort (on German's 800 x 800 lists less than half the stable sort's time), with the rows that
+    hold equal values sorted again stably (only there can the two orders differ)."""
     order = np.argsort(a, axis=1)
     s = np.take_along_axis(a, order, axis=1)
     if a.shape[1] > 1:
