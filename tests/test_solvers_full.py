@@ -9,6 +9,7 @@ to the full optimum.  Instances have tied (integer) losses and duplicated points
 from __future__ import annotations
 
 import pickle
+from types import SimpleNamespace
 import warnings
 
 import numpy as np
@@ -387,3 +388,21 @@ def test_lists_longer_than_the_scan_room_are_rescanned_alone_with_the_same_resul
     # and whole solves agree with the dense optimum under the small room
     solver = FullPathSolver(kernel="numba")
     assert_optimal(solver.solve(problem), dense(problem), problem)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="the compiled rise needs numba")
+@pytest.mark.parametrize("seed", range(5))
+def test_compiled_group_rise_equals_numpy(seed):
+    """An anchor's largest loss rise per group: the compiled pass and numpy's reduceat agree
+    exactly (empty groups -inf, ties, one row per group)."""
+    rng = np.random.default_rng(seed)
+    n, K, G = 300, 3, 8
+    st_ = SimpleNamespace(gid=rng.integers(0, G - 2, n).astype(np.int8))  # two groups stay empty
+    anchor_losses = np.round(rng.random((n, K)), 2)
+    anc = _dual_full._new_anchor(st_, anchor_losses, np.array([0.1, 0.2, 0.3, 0.6]), 0.01)
+    later = anchor_losses + np.round(rng.normal(scale=0.05, size=(n, K)), 3)
+    a = anc.up(later, G, 1, compiled=False)
+    anc._drift = None
+    b = anc.up(later, G, 1, compiled=True)
+    np.testing.assert_array_equal(a, b)
+    assert np.isneginf(a[G - 2:]).all()

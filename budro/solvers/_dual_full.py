@@ -151,12 +151,19 @@ class _Anchor:
     top: np.ndarray  # (G, K) largest loss per group at the anchor (NONE for empty groups)
     _drift: tuple | None = None
 
-    def up(self, losses: np.ndarray, G: int, stamp: int) -> np.ndarray:
-        """(G, K): the largest rise of a loss since the anchor, per group (NONE for empty groups)."""
+    def up(self, losses: np.ndarray, G: int, stamp: int, compiled: bool = False) -> np.ndarray:
+        """(G, K): the largest rise of a loss since the anchor, per group (-inf for empty groups);
+        ``compiled``: in one pass of a compiled kernel without temporaries (the same values)."""
         if self._drift is not None and self._drift[0] == stamp and self._drift[2] is losses:
             return self._drift[1]
         out = np.full((G, losses.shape[1]), -np.inf)
-        out[self.groups] = np.maximum.reduceat(losses[self.order] - self.L, self.starts, axis=0)
+        if compiled:
+            from budro.solvers import _full_numba
+
+            _full_numba.group_rise(np.ascontiguousarray(losses, dtype=np.float64), self.order, self.L, self.starts,
+                                   self.groups, out)
+        else:
+            out[self.groups] = np.maximum.reduceat(losses[self.order] - self.L, self.starts, axis=0)
         self._drift = (stamp, out, losses)
         return out
 
@@ -591,7 +598,7 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
     for a, s0, s1 in zip(ids, starts, ends):
         anc = st.anchors[int(a)]
         cols = order[s0:s1]
-        up = anc.up(losses, G, st.stamp)  # (G, K)
+        up = anc.up(losses, G, st.stamp, compiled(solver))  # (G, K)
         E = anc.E
         q = int(np.searchsorted(E, eta, side="right")) - 1
         Xa = st.X[cols]

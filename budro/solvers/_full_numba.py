@@ -277,3 +277,24 @@ def batch_argmax_costs(G, sq, sq_cols, cols, losses, labels_cols, eta, zero_rtol
             elif v == best[k] and c < cheapest[k]:
                 cheapest[k] = c
     return cheapest
+
+
+@numba.njit(cache=True, nogil=True)
+def group_rise(losses, order, L, starts, groups, out):
+    """Per non-empty group s (rows ``order[starts[s]:starts[s + 1]]``, anchor losses ``L`` in that
+    order) and label k: ``out[groups[s], k] = max (losses[order[i], k] - L[i, k])``, the largest
+    rise of a loss since the anchor (``budro.solvers._dual_full._Anchor.up``)."""
+    n = order.size
+    S = starts.size
+    K = losses.shape[1]
+    for s in range(S):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < S else n
+        g = groups[s]
+        for k in range(K):
+            m = -np.inf
+            for i in range(a, b):
+                d = losses[order[i], k] - L[i, k]
+                if d > m:
+                    m = d
+            out[g, k] = m
