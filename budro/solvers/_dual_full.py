@@ -101,9 +101,11 @@ _DELTA_MIN = 0.01
 _HORIZON = 8
 #: Most members per column at a scan: past it the drift allowance is divided by 4, 16, 64.
 _KMAX = 1024
-#: Room per column in a compiled scan's output (finite allowance, whole hulls); longer lists
-#: (a few columns per block) are scanned again alone with room for the longest.
-_LIST_CAP = (64, 1024)
+#: Room per column in a compiled scan's output (finite allowance, whole hulls): a list keeps at
+#: most its members, and a finite allowance makes at most _KMAX of them unless even delta / 64
+#: makes more; longer lists (rare) are scanned again alone with room for the longest.  (A room
+#: of 64 had warm rescans at Adult scan half their columns twice: lists of 100-300 pairs.)
+_LIST_CAP = (_KMAX + 1, 1024)
 #: Columns of the cold sample that estimates eta* (at most).
 _SAMPLE = 256
 #: Anchors kept alive at once (at most _ANCHOR_BYTES of their losses, at least 8).
