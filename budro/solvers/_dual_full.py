@@ -228,10 +228,11 @@ def _state(solver, problem: TransportProblem) -> _FullState:
     ratio = 2.0 * (1.0 + float(sq.max()) / max(float(sqc.max()), 1e-300))
     kappa = (2 * p + 8) * unit + ((4 * p + 16) * 2.0**-53 + 2.0 * ZERO_RTOL) * ratio
     # A never-scanned column: its own row, bounded by the largest loss of each group (below).
-    flat = _flat(np.arange(n), labels, K)
+    index = _index_dtype(n, K)
+    flat = _flat(np.arange(n), labels, K).astype(index)
     st = _FullState(
         cost=cost, labels=labels.copy(), K=K, Zc=Zs, sqc=sqc, kappa=float(kappa),
-        ptr=np.arange(n + 1, dtype=np.int64), rows=np.arange(n, dtype=np.intp), flat=flat, C=np.zeros(n),
+        ptr=np.arange(n + 1, dtype=np.int64), rows=np.arange(n, dtype=index), flat=flat, C=np.zeros(n),
         Ra=problem.losses[np.arange(n), labels].copy(), anchor_of=np.zeros(n, dtype=np.int64),
         mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), X=np.empty((n, _GROUPS, _Q)),
     )
@@ -249,6 +250,12 @@ def _state(solver, problem: TransportProblem) -> _FullState:
 
 
 _NONE = -1e300
+
+
+def _index_dtype(n: int, K: int):
+    """The lists' row and flat-index type: int32 where ``n K`` fits (4 bytes less per listed pair
+    in each, in memory and in every pass over the lists), else int64."""
+    return np.int32 if n * K < np.iinfo(np.int32).max else np.int64
 
 
 def _flat(rows: np.ndarray, col_labels: np.ndarray, K: int) -> np.ndarray:
@@ -466,8 +473,9 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id) 
     run_hi = old_ptr[np.concatenate((cols, [n]))]
     off = np.zeros(len(cols) + 1, dtype=np.int64)
     np.cumsum(counts, out=off[1:])
-    scanned = (np.asarray(rows, dtype=np.intp),
-               np.asarray(rows, dtype=np.int64) * st.K + np.repeat(st.labels[cols], counts).astype(np.int64),
+    scanned = (np.asarray(rows).astype(st.rows.dtype, copy=False),
+               (np.asarray(rows, dtype=np.int64) * st.K
+                + np.repeat(st.labels[cols], counts).astype(np.int64)).astype(st.flat.dtype, copy=False),
                np.asarray(C, dtype=np.float64), np.asarray(R, dtype=np.float64))
     out = []
     for old, new in zip((st.rows, st.flat, st.C, st.Ra), scanned):

@@ -157,6 +157,7 @@ def evaluate_candidates(solver, problem: TransportProblem, cand: _Candidates, et
         c_lo = np.minimum.reduceat(t_C, t_starts)
         c_hi = np.maximum.reduceat(t_C, t_starts)
         beyond = np.iinfo(np.intp).max
+        t_rows = t_rows.astype(np.intp, copy=False)  # lists may hold int32 rows (budro.solvers._dual_full)
         lo = np.minimum.reduceat(np.where(t_C == c_lo[t_cols], t_rows, beyond), t_starts)
         hi = np.minimum.reduceat(np.where(t_C == c_hi[t_cols], t_rows, beyond), t_starts)
         total = float(vmax.sum()) if cand.weights is None else float(vmax @ cand.weights)
