@@ -413,6 +413,8 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     mus = np.empty(b)
     counts = np.zeros(b, dtype=np.int64)
     cap = _LIST_CAP[0] if math.isfinite(delta) else _LIST_CAP[1]
+    # a wide block (small n): its outputs within a block's bytes too (longer lists: scanned again)
+    cap = min(cap, max(64, _BLOCK_BYTES // (24 * b)))
     fast = fast_grid(E, q_lo, q_hi)
     threads = solver.kernel_threads
     import numba
