@@ -203,8 +203,9 @@ def run_case(case: dict) -> dict:
         plain_backend.fit_native(Xa, y, 2, rounds, random_state=0)
         out["plain2_s"] = time.perf_counter() - t0
         trainers.clear()
-        clf2 = BuDROClassifier(backend=case["backend"], backend_params=backend_params, eps=eps, n_steps=rounds - 1,
-                               random_state=0, n_neighbors=m, callbacks=[keep], **estimator)
+        from sklearn.base import clone
+
+        clf2 = clone(clf)  # the same parameters, unfitted
         keep_rounds.clear()
         t0 = time.perf_counter()
         clf2.fit(X, y)

@@ -239,16 +239,10 @@ def diagnose_budget(metric: Any, X: Any, y: Any, *, max_samples: int | None = DE
     nearest = np.full(m, np.inf)
     opposite = np.full(m, np.inf)
     zeros = 0
-    D_all = []
     if typical_metric is not None:  # an embedding: tiles of the training rows, grouped by label
         zeros = _scan_embedded(Z, norms, rows, y, nearest, opposite, _tolerance(typical_metric, typical_input))
-    for start, stop, D in (() if typical_metric is not None else blocks()):
-        D = np.asarray(D, dtype=float)
-        if typical_metric is None:
-            D_all.append(D)  # generic metric: the tolerance needs the typical distance first
-            continue
-        zeros += _reduce(D, start, stop, rows, y, nearest, opposite, _tolerance(typical_metric, typical_input))
-    if typical_metric is None:
+    else:  # distances only: the tolerance needs the typical distance first, so every block is kept
+        D_all = [D for _, _, D in blocks()]
         typical_metric = float(np.mean([D.mean() for D in D_all])) if D_all else 0.0
         start = 0
         for D in D_all:

@@ -294,7 +294,7 @@ class Shard:
         column was split, seconds of the recovery, seconds of the tree, and with ``next_losses``
         the next round's :meth:`round_losses`, saving the client one call per round, and the CPU
         seconds of this thread in the tree)."""
-        from budro.solvers._dual_plan import _result_from_entries, _switch_entries
+        from budro.solvers._dual_plan import result_from_switch
         from budro.transport import TransportProblem
 
         t0 = time.perf_counter()
@@ -312,8 +312,8 @@ class Shard:
                 delta = np.where(rd != rc, cd - cc, 0.0)
                 value = 2.0 * float(np.maximum(delta, 0.0).sum()) + 1.0
             problem = TransportProblem(*numbered, (float(cc.sum()) + value) / self.n)
-        rows, cols, vals, costs, split, n_switched = _switch_entries(problem, rc, rd, switch, costs=(cc, cd))
-        result = _result_from_entries(problem, rows, cols, vals, costs, solver="dual")
+        result, split, n_switched = result_from_switch(problem, (rc, cc), (rd, cd), switch, compiled=False,
+                                                       solver="dual")
         weights = result.weights
         if getattr(self, "perm", None) is not None:  # back to this shard's own row order
             weights = np.take(result.weights, self.inv, axis=0)

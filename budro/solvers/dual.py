@@ -357,8 +357,11 @@ class DualSolver(Solver):
             cheap, dear, switch = (b.hi, b.c_hi), (a.lo, a.c_lo), True
             reported = a if a.value <= b.value else b
         elif a is not None:
-            # No upper bracket within max_iter: moving nothing is always feasible.
-            cheap, dear, switch = (np.arange(n), np.zeros(n)), (a.lo, a.c_lo), True
+            # No upper bracket within max_iter: moving nothing is always feasible (each point's
+            # own cost: 0, or a reduced problem's groups' own cost, the diagonal of its D).
+            own = np.arange(n)
+            own_cost = np.zeros(n) if reduced is None else reduced.plan_costs(own)
+            cheap, dear, switch = (own, own_cost), (a.lo, a.c_lo), True
             reported = a
         else:
             assert b is not None
@@ -378,9 +381,6 @@ class DualSolver(Solver):
             "full_evaluations": n_full,
         }
         if sparse or reduced is not None:
-            if reduced is not None and found is None and a is not None and b is None:
-                # cheap is the empirical plan: its costs are the groups' own (the diagonal of D)
-                cheap = (cheap[0], reduced.plan_costs(cheap[0]))
             # The argmax costs are the listed costs (of the neighbour lists, or the groups' costs
             # the reduced problem was solved with), exactly what cost.entries would give: O(n).
             result, split_column, n_switched = _dual_plan.result_from_switch(
