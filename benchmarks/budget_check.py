@@ -31,6 +31,9 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=500, help="sampled rows (max_samples)")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args(argv)
+    for name, low in (("n", 2), ("d", 1), ("samples", 1), ("repeat", 1)):
+        if getattr(args, name) < low:
+            ap.error(f"--{name} must be an integer >= {low}, got {getattr(args, name)}")
     from budro.budget import diagnose_budget
 
     rng = np.random.default_rng(0)
