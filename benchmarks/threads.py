@@ -39,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {"german": ("german.toml", 300, None), "adult": ("adult.toml", 20, 32)}
 THREADS_KEY = {"xgboost": "nthread", "lightgbm": "num_threads", "catboost": "thread_count"}
 #: (label, thread count or None for budro's default, environment changes: a value, or None to
-#: remove the variable; an empty dict leaves the environment as budro sets it)
+#: remove the variable; an empty dict leaves the environment as budro sets it[, solver parameters
+#: set on top of the config's])
 VARIANTS = [
     ("default", None, {}),
     ("default, OMP_WAIT_POLICY= (runtime default)", None, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": None}),
@@ -51,6 +52,10 @@ VARIANTS = [
     ("threads=2, OMP_WAIT_POLICY=", 2, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": None}),
     ("default, GOMP_SPINCOUNT=3000", None, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "3000"}),
     ("default, GOMP_SPINCOUNT=30000", None, {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "30000"}),
+    # The solver's compiled kernel on one thread (its default before 2026-11-26; budro now chooses
+    # one thread per 10 000 columns: German 1, Adult 2 on this machine).
+    ("default, kernel_threads=1", None, {}, {"kernel_threads": 1}),
+    ("default, kernel_threads=2", None, {}, {"kernel_threads": 2}),
 ]
 
 
@@ -72,7 +77,8 @@ def _child(spec: dict) -> dict:
     if spec["threads"] is not None:
         params[THREADS_KEY[spec["backend"]]] = spec["threads"]
     clf = BuDROClassifier(backend=spec["backend"], backend_params=params, eps=cfg.eps, n_steps=rounds - 1,
-                          solver=cfg.solver, solver_params=dict(cfg.solver_params), fair_metric=cfg.fair_metric,
+                          solver=cfg.solver, solver_params={**cfg.solver_params, **spec.get("solver_params", {})},
+                          fair_metric=cfg.fair_metric,
                           fair_metric_params=dict(cfg.fair_metric_params), protected=list(cfg.protected) or None,
                           n_neighbors=m, random_state=0)
     t0 = time.perf_counter()
@@ -130,8 +136,9 @@ def main(argv=None) -> int:
         for setting in args.settings.split(","):
             for backend in args.backends.split(","):
                 results = {}
-                for label, threads, changes in variants:
-                    spec = {"setting": setting, "backend": backend, "threads": threads}
+                for label, threads, changes, *solver_params in variants:
+                    spec = {"setting": setting, "backend": backend, "threads": threads,
+                            "solver_params": solver_params[0] if solver_params else {}}
                     runs = [_run(spec, changes) for _ in range(args.repeats)]
                     fit = statistics.median(r["fit_s"] for r in runs)
                     results[label] = (fit, runs)

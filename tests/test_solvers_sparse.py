@@ -196,6 +196,54 @@ def test_compiled_kernel_gives_the_same_result_on_any_thread_count(threads):
     np.testing.assert_array_equal(res.weights, ref.weights)
 
 
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+def test_default_kernel_threads_follow_the_columns_and_the_available_cores(monkeypatch):
+    """kernel_threads=None (the default): one thread per 10 000 columns, at most the cores the
+    process may use (BUDRO_NUM_THREADS included) and numba's pool; every core for the full
+    path's scans (columns=None); a count given by the user is kept (capped by numba's pool)."""
+    import numba
+
+    import budro._threads as threads
+
+    assert DualSolver().kernel_threads is None
+    pool = numba.config.NUMBA_NUM_THREADS
+    monkeypatch.setattr(threads, "available_cores", lambda: 8)
+    assert _sparse_kernels.kernel_threads(None, 800) == 1  # German
+    assert _sparse_kernels.kernel_threads(None, 4222) == 1  # COMPAS
+    assert _sparse_kernels.kernel_threads(None, 36177) == min(3, pool)  # Adult
+    assert _sparse_kernels.kernel_threads(None, 10**6) == min(8, pool)
+    assert _sparse_kernels.kernel_threads(None, None) == min(8, pool)
+    assert _sparse_kernels.kernel_threads(1, 10**6) == 1
+    monkeypatch.undo()
+    monkeypatch.setenv("BUDRO_NUM_THREADS", "1")
+    assert _sparse_kernels.kernel_threads(None, 10**6) == 1
+    assert _sparse_kernels.kernel_threads(None, None) == 1
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+def test_default_kernel_threads_reach_the_kernel(monkeypatch):
+    """A default solver on 20 000 columns runs the kernel on two threads where two cores are
+    available, and gives the result of one thread bit for bit."""
+    import numba
+
+    import budro._threads as threads
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba's thread pool has one thread on this machine")
+    rng = np.random.default_rng(48)
+    losses, labels, cost = make_sparse(rng, 20000, 6, K=2, integer=True)
+    problem = TransportProblem(losses, labels, cost, 0.2 * float(cost.neighbor_costs.mean()))
+    ref = DualSolver(kernel="numba", kernel_threads=1).solve(problem)
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    seen = []
+    real = numba.set_num_threads
+    monkeypatch.setattr(numba, "set_num_threads", lambda k: (seen.append(k), real(k))[1])
+    res = DualSolver(kernel="numba").solve(problem)
+    assert 2 in seen
+    assert res.eta == ref.eta and res.objective == ref.objective
+    np.testing.assert_array_equal(res.weights, ref.weights)
+
+
 @pytest.mark.parametrize(("integer", "offset"), [(True, 0.0), (False, 0.0), (False, 1e4), (True, -3e5)],
                          ids=["integer-ties", "continuous", "large-losses", "large-negative-integer"])
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -419,7 +419,7 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     threads = solver.kernel_threads
     import numba
 
-    use = numba.get_num_threads() if threads is None else max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+    use = _sparse_kernels.kernel_threads(threads, None)  # each column scans n >= full_min_n rows
     cols64 = cols.astype(np.int64)
 
     def run(sel, D_sel, X_sel, masks_sel, mus_sel, counts_sel, cap_sel):

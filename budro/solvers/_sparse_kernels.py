@@ -31,7 +31,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["available", "sparse_candidates", "prune", "select_breakpoint", "WarmBreakpoint", "group_top", "evaluate"]
+__all__ = ["available", "kernel_threads", "sparse_candidates", "prune", "select_breakpoint", "WarmBreakpoint", "group_top", "evaluate"]
 
 
 @functools.cache
@@ -42,6 +42,22 @@ def available() -> bool:
     except Exception:  # ImportError, or a numba that fails against this numpy
         return False
     return True
+
+
+def kernel_threads(threads: int | None, columns: int | None) -> int:
+    """The compiled kernels' thread count: ``threads`` when given (at most numba's
+    ``NUMBA_NUM_THREADS``), else budro's choice for work spread over ``columns`` columns:
+    :func:`budro._threads.default_threads` (one thread per 10 000 columns, at most the cores this
+    process may use: German's 800 and COMPAS's 4222 columns get one, Adult's 36 177 two on a
+    2-core machine), or every available core when ``columns`` is None (work per column large
+    enough on its own: the full path's scans of n rows per column)."""
+    import numba
+
+    from budro._threads import available_cores, default_threads
+
+    if threads is None:
+        threads = available_cores() if columns is None else default_threads(columns)
+    return max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
 
 
 def _kernels():
@@ -86,7 +102,8 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     Returns ``(rows, cols, R, C, n_dominance, edges_e, edges_dc, last_cost, starts)``: the
     candidate pairs grouped by column in increasing cost, the number kept by dominance, the exact
     hulls' edges (cost drops times the weights), each column's largest hull cost and where each
-    column starts.  ``threads``: the kernel's threads (None: numba's default, every core).
+    column starts.  ``threads``: the kernel's threads (None: :func:`kernel_threads`' choice for
+    the number of columns).
     """
     import numba
 
@@ -99,7 +116,7 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     ws = workspace if workspace is not None else Workspace(n, max(int(ptr[-1]), 1))
     args = (int(K), labels, ptr, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R,
             ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, int(width))
-    use = numba.get_num_threads() if threads is None else max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+    use = kernel_threads(threads, n)
     if use == 1 or n < 256:
         size, n_dom, n_edge = kern.candidates_serial(*args)
         starts = ws.starts

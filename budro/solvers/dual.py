@@ -82,11 +82,14 @@ class DualSolver(Solver):
         Adult), vectorised numpy passes (``"numpy"``), or numba when it is installed
         (``"auto"``).  Both compute the same candidate pairs up to pairs that can never tie, and
         give the same result.  Dense and embedding costs do not use it.
-    kernel_threads : int or None, default 1
-        Threads of the compiled kernel (None: numba's default, every core).  One by default: on
-        a 2-core machine a second kernel thread competes with the booster's own threads between
-        rounds (Adult, XGBoost, 2 threads: 31 ms per BuDRO round with two kernel threads, 24 ms
-        with one; docs/performance.md).
+    kernel_threads : int or None, default None
+        Threads of the compiled kernels.  None: budro chooses from the cores this process may use
+        (affinity, cgroup quota, ``BUDRO_NUM_THREADS``; :mod:`budro._threads`) as for a booster,
+        one thread per 10 000 columns of neighbour lists (German and COMPAS: one, Adult: two on a
+        2-core machine), every available core for the full path's scans.  The booster's threads
+        sleep during the solve (``import budro`` shortens libgomp's spin, docs/threads.md), so the
+        kernel may use the cores; on Adult (m = 32, XGBoost) two threads took the solve from 9.4
+        to 7.4 ms per round (docs/performance.md).  The result does not depend on the count.
     max_dense_n : int or None, default 20000
         Largest n accepted on the full (dense) problem; larger ones are refused before any cost
         is read, with the estimated time and memory per round (about 250 ns per cost entry on a
@@ -153,7 +156,7 @@ class DualSolver(Solver):
     exact = True
 
     def __init__(self, tie_rtol: float = 1e-12, max_iter: int = 100, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                 kernel: str = "auto", kernel_threads: int | None = 1,
+                 kernel: str = "auto", kernel_threads: int | None = None,
                  max_dense_n: int | None = _sizing.DEFAULT_MAX_DENSE_N["dual"],
                  full_min_n: int | None = _sizing.DEFAULT_FULL_MIN_N, max_seconds: float | None = None,
                  max_pairs: int | None = 2**25):
