@@ -167,6 +167,8 @@ def default_threads(n_rows: int | None = None) -> int:
     A round on a few thousand rows takes well under a millisecond, less than waking a second
     thread at each of its parallel regions: German (800 rows) fitted fastest on one thread, or
     within 12 % of the fastest, on an idle machine and beside a busy process (docs/threads.md)."""
+    if n_rows is not None and int(n_rows) < 2 * ROWS_PER_THREAD:
+        return 1  # whatever the cores (reading them takes ~0.1 ms: the affinity and cgroup files)
     cores = available_cores()
     if n_rows is None:
         return cores
