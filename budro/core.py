@@ -173,6 +173,9 @@ class BuDRO:
                           embedding=expects_embedding(self.fair_metric))
         warm = _check_capabilities(self, X, K, categorical_features)  # declared capabilities, before any work
         t0 = time.perf_counter()
+        prepare = getattr(self.solver, "prepare", None)  # e.g. load compiled kernels during the set-up
+        if callable(prepare):
+            prepare(X.shape[0], sparse=self.n_neighbors is not None)
         if isinstance(self.fair_metric, FairMetricLearner):
             self.metric_ = self.fair_metric.fit(metric_X, protected, y=y)
         else:

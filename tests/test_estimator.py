@@ -167,3 +167,31 @@ def test_sparse_neighbour_cost_matches_full_when_lists_cover_everything():
         assert rec.transport_cost <= 0.02 * (1 + 1e-9)
     with pytest.raises(ValidationError, match=r"n_neighbors must be an integer >= 1 .*\"exact\" or None"):
         BuDROClassifier(n_neighbors=0).fit(X, y)
+
+
+def test_fit_prepares_the_solver_before_the_set_up(monkeypatch):
+    """BuDRO.fit calls the solver's prepare(n, sparse=...) once per fit, before the neighbour
+    graph is built (the set-up its background work overlaps)."""
+    import budro.core
+    from budro.solvers.dual import DualSolver
+
+    seen = []
+    real_prepare, real_cost = DualSolver.prepare, budro.core.NeighborCost
+
+    def prepare(self, n, *, sparse):
+        seen.append(("prepare", n, sparse))
+        real_prepare(self, n, sparse=sparse)
+
+    def neighbor_cost(*args, **kwargs):
+        seen.append("graph")
+        return real_cost(*args, **kwargs)
+
+    monkeypatch.setattr(DualSolver, "prepare", prepare)
+    monkeypatch.setattr(budro.core, "NeighborCost", neighbor_cost)
+    X, y, _ = make_synthetic(random_state=11)
+    common = dict(protected=[0], fair_metric_params={"fit_linear_models": False}, eps=1e-5, n_steps=3,
+                  backend_params=FAST)
+    BuDROClassifier(**common, n_neighbors=8).fit(X, y)
+    BuDROClassifier(**common).fit(X, y)
+    n = X.shape[0]
+    assert seen == [("prepare", n, True), "graph", ("prepare", n, False)]

@@ -433,3 +433,73 @@ def test_renumbering_is_made_once_per_cost_and_keeps_the_warm_lists():
         other = NeighborCost.from_lists(cost.neighbors.copy(), cost.neighbor_costs.copy())
         solver.solve(TransportProblem(problem.losses, labels, other, 0.05))
         assert solver._locality_cache is not first
+
+
+# ---------------------------------------------------------------------------- preload (prepare)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+def test_prepare_preloads_in_the_background_and_changes_no_result(monkeypatch):
+    """DualSolver.prepare starts one background thread for a sparse fit (none for dense or full
+    problems, or with the numpy kernel); the first solve waits for it; results equal a solver
+    that was never prepared, bit for bit; the solver pickles without the thread."""
+    import pickle
+    import threading
+
+    calls = []
+    real = _sparse_kernels.preload
+    gate = threading.Event()
+
+    def slow_preload(threads):
+        calls.append(threads)
+        gate.wait(5)
+        real(threads)
+
+    monkeypatch.setattr(_sparse_kernels, "preload", slow_preload)
+    DualSolver().prepare(1000, sparse=False)
+    DualSolver(kernel="numpy").prepare(1000, sparse=True)
+    assert calls == []
+    solver = DualSolver()
+    solver.prepare(1000, sparse=True)
+    thread = solver._preload_thread
+    assert thread.is_alive() and thread.daemon
+    assert "_preload_thread" not in pickle.loads(pickle.dumps(solver)).__dict__
+    rng = np.random.default_rng(49)
+    losses, labels, cost = make_sparse(rng, 300, 8, K=2, integer=True)
+    problem = TransportProblem(losses, labels, cost, 0.2 * float(cost.neighbor_costs.mean()))
+    threading.Timer(0.2, gate.set).start()
+    res = solver.solve(problem)
+    assert not thread.is_alive() and "_preload_thread" not in solver.__dict__  # waited for, then forgotten
+    assert calls == [1]  # 1000 columns: one thread
+    ref = DualSolver().solve(problem)
+    assert res.eta == ref.eta and res.objective == ref.objective
+    np.testing.assert_array_equal(res.weights, ref.weights)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+def test_preload_loads_the_kernels_a_sparse_solve_uses():
+    """After preload, a sparse solve in a fresh process compiles or loads no kernel itself: every
+    kernel it calls already has its compiled signature."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from budro.solvers import _sparse_kernels, _sparse_numba as k\n"
+        "_sparse_kernels.preload(2)\n"
+        "before = {name: len(getattr(k, name).signatures) for name in dir(k) if hasattr(getattr(k, name), 'signatures')}\n"
+        "from budro.solvers.dual import DualSolver\n"
+        "from budro.transport import NeighborCost, TransportProblem\n"
+        "rng = np.random.default_rng(1)\n"
+        "n, m = 25000, 6\n"
+        "Z = rng.normal(size=(n, 3))\n"
+        "cost = NeighborCost(Z, m)\n"
+        "s = DualSolver()\n"
+        "L = rng.random((n, 2)); y = rng.integers(0, 2, n)\n"
+        "r = s.solve(TransportProblem(L, y, cost, 0.1))\n"
+        "s.solve(TransportProblem(L + 0.01 * rng.random((n, 2)), y, cost, 0.1), eta0=r.eta)\n"
+        "after = {name: len(getattr(k, name).signatures) for name in before}\n"
+        "new = {name for name in before if after[name] > before[name]}\n"
+        "assert not new, new\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

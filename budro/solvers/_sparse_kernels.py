@@ -31,7 +31,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["available", "kernel_threads", "sparse_candidates", "prune", "select_breakpoint", "WarmBreakpoint", "group_top", "evaluate"]
+__all__ = ["available", "kernel_threads", "preload", "sparse_candidates", "prune", "select_breakpoint", "WarmBreakpoint", "group_top", "evaluate"]
 
 
 @functools.cache
@@ -58,6 +58,37 @@ def kernel_threads(threads: int | None, columns: int | None) -> int:
     if threads is None:
         threads = available_cores() if columns is None else default_threads(columns)
     return max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
+
+
+#: Points of :func:`preload`'s synthetic problem: enough for the parallel kernel's threads.
+PRELOAD_N = 20_000
+
+
+def preload(threads: int) -> None:
+    """Load (or, on a first run, compile) the sparse path's kernels by two solves of a small
+    synthetic problem (:data:`PRELOAD_N` points, 4 neighbours each, a cold and a warm-started
+    round) through the solver's own code, with the candidate kernel on ``threads`` threads.
+    Failures are not raised here: the real solve meets them again and reports them."""
+    try:
+        from budro.solvers.dual import DualSolver
+        from budro.transport import NeighborCost, TransportProblem
+
+        rng = np.random.default_rng(0)
+        n, m = PRELOAD_N, 4
+        nb = np.empty((n, m), dtype=np.int64)
+        nb[:, 0] = np.arange(n)
+        nb[:, 1:] = (np.arange(n)[:, None] + np.arange(1, m)[None, :]) % n
+        nc = np.zeros((n, m))
+        nc[:, 1:] = np.cumsum(rng.random((n, m - 1)) + 0.1, axis=1)
+        cost = NeighborCost.from_lists(nb, nc)
+        cost.renumbered = True  # no locality renumbering: the lists are local already
+        labels = rng.integers(0, 2, n)
+        losses = rng.random((n, 2))
+        solver = DualSolver(kernel="numba", kernel_threads=threads)
+        first = solver.solve(TransportProblem(losses, labels, cost, 0.5))
+        solver.solve(TransportProblem(losses + 0.01 * rng.random((n, 2)), labels, cost, 0.5), eta0=first.eta)
+    except Exception:  # pragma: no cover - reported by the real solve
+        pass
 
 
 def _kernels():

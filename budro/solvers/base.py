@@ -65,6 +65,12 @@ class Solver(abc.ABC):
         warn_not_converged(self, result)  # ConvergenceWarning naming the remaining gap, if not converged
         return result
 
+    def prepare(self, n: int, *, sparse: bool) -> None:
+        """Called once by a fit before its set-up (fair metric, neighbour graph), with the number
+        of points and whether the cost will be a sparse neighbour-list cost.  A solver may start
+        loading what its solves need (compiled kernels) in the background here, so that the
+        loading overlaps the set-up; it must not change any result.  The default does nothing."""
+
     @abc.abstractmethod
     def _solve(self, problem: TransportProblem, *, eta0: float | None = None) -> TransportResult:
         """Solve a validated ``problem``, optionally warm-started at ``eta0`` (see the class docstring)."""
