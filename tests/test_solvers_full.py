@@ -320,10 +320,15 @@ def test_solver_kit_on_the_full_path():
                  capabilities=["exact", "warm-start"])
 
 
+@pytest.mark.parametrize("index", [np.intp, np.int32])
+@pytest.mark.parametrize("threads", [0, 1, 2], ids=["numpy", "compiled-1", "compiled-2"])
 @pytest.mark.parametrize("share", [0.0, 0.05, 0.5, 1.0])
-def test_commit_replaces_exactly_the_rescanned_lists(share):
+def test_commit_replaces_exactly_the_rescanned_lists(share, threads, index):
     """_commit against a reference built column by column: the rescanned columns get their new
-    lists, every other column keeps its old one (order, rows, costs, anchors' losses)."""
+    lists, every other column keeps its old one (order, rows, costs, anchors' losses); by numpy's
+    concatenation and by the compiled merge on one or two threads."""
+    if threads and not _sparse_kernels.available():
+        pytest.skip("numba is not installed (pip install 'budro[fast]')")
     from types import SimpleNamespace
 
     from budro.solvers import _dual_full
@@ -334,8 +339,8 @@ def test_commit_replaces_exactly_the_rescanned_lists(share):
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=ptr[1:])
     labels = rng.integers(0, K, n)
-    rows = rng.integers(0, n, int(ptr[-1])).astype(np.intp)
-    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=ptr, rows=rows, flat=rows * K + np.repeat(labels, counts),
+    rows = rng.integers(0, n, int(ptr[-1])).astype(index)
+    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=ptr, rows=rows, flat=(rows * K + np.repeat(labels, counts)).astype(index),
                          C=rng.random(rows.size), Ra=rng.random(rows.size), X=np.zeros((n, 2, 2)),
                          mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
     cols = np.sort(rng.choice(n, int(share * n), replace=False))
@@ -347,7 +352,7 @@ def test_commit_replaces_exactly_the_rescanned_lists(share):
     for i, j in enumerate(cols):
         expected[j] = (new_rows[off[i]:off[i + 1]], new_C[off[i]:off[i + 1]], new_R[off[i]:off[i + 1]])
     _dual_full._commit(st, cols, new_rows, new_C, new_R, new_counts, np.ones((cols.size, 2, 2)),
-                       np.ones(cols.size, dtype=np.int64), np.ones(cols.size), 7)
+                       np.ones(cols.size, dtype=np.int64), np.ones(cols.size), 7, threads=threads)
     for j in range(n):
         a, b = st.ptr[j], st.ptr[j + 1]
         np.testing.assert_array_equal(st.rows[a:b], expected[j][0])
@@ -355,10 +360,59 @@ def test_commit_replaces_exactly_the_rescanned_lists(share):
         np.testing.assert_array_equal(st.Ra[a:b], expected[j][2])
         np.testing.assert_array_equal(st.flat[a:b], expected[j][0] * K + labels[j])
     assert (st.anchor_of[cols] == 7).all() and (np.delete(st.anchor_of, cols) == 0).all()
-    assert st.rows.dtype == np.intp and st.flat.dtype == rows.dtype
+    assert st.rows.dtype == index and st.flat.dtype == rows.dtype
     if cols.size:
         new_rows[:] = -1  # the state does not share the scan's arrays
         assert (st.rows >= 0).all()
+
+
+@pytest.mark.parametrize("threads", [0, 2], ids=["numpy", "compiled"])
+def test_commits_in_a_row_keep_every_list(threads):
+    """Twenty-five commits in a row (lists growing, shrinking, columns at both ends, none and all
+    rescanned): after each, every column's list equals a reference kept column by column.  The
+    compiled commit merges in place from the second commit on, inside its buffers, whenever the
+    lists fit them; this checks the moves towards both ends and the growth past the room."""
+    from types import SimpleNamespace
+
+    from budro.solvers import _dual_full
+
+    if threads and not _sparse_kernels.available():
+        pytest.skip("numba is not installed (pip install 'budro[fast]')")
+    rng = np.random.default_rng(31)
+    n, K = 200, 2
+    labels = rng.integers(0, K, n)
+    ref = {j: (np.array([j]), np.zeros(1), rng.random(1)) for j in range(n)}
+    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=np.arange(n + 1, dtype=np.int64),
+                         rows=np.arange(n, dtype=np.int32), flat=(np.arange(n) * K + labels).astype(np.int32),
+                         C=np.zeros(n), Ra=np.concatenate([ref[j][2] for j in range(n)]), X=np.zeros((n, 2, 2)),
+                         mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
+    in_place = 0
+    for step in range(25):
+        kind = step % 5
+        share = [0.02, 0.3, 1.0, 0.0, 0.6][kind]
+        cols = np.sort(rng.choice(n, int(share * n), replace=False))
+        if kind == 0:
+            cols = np.union1d(cols, [0, n - 1]).astype(np.int64)
+        high = 3 if step > 15 else 40  # long lists first, then short ones: moves towards the start
+        new_counts = rng.integers(1, high, cols.size)
+        total = int(new_counts.sum())
+        new_rows, new_C, new_R = rng.integers(0, n, total), rng.random(total), rng.random(total)
+        off = np.concatenate(([0], np.cumsum(new_counts)))
+        for i, j in enumerate(cols):
+            ref[j] = (new_rows[off[i]:off[i + 1]].copy(), new_C[off[i]:off[i + 1]].copy(),
+                      new_R[off[i]:off[i + 1]].copy())
+        before = getattr(st, "buffers", None)
+        _dual_full._commit(st, cols, new_rows, new_C, new_R, new_counts, np.ones((cols.size, 2, 2)),
+                           np.ones(cols.size, dtype=np.int64), np.ones(cols.size), step, threads=threads)
+        in_place += before is not None and st.buffers is before
+        for j in range(n):
+            a, b = st.ptr[j], st.ptr[j + 1]
+            np.testing.assert_array_equal(st.rows[a:b], ref[j][0])
+            np.testing.assert_array_equal(st.flat[a:b], ref[j][0] * K + labels[j])
+            np.testing.assert_array_equal(st.C[a:b], ref[j][1])
+            np.testing.assert_array_equal(st.Ra[a:b], ref[j][2])
+        assert st.rows.dtype == np.int32 and st.flat.dtype == np.int32
+    assert (in_place > 10) if threads else (getattr(st, "buffers", None) is None)
 
 
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="the output room is the compiled scan's")

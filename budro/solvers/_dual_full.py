@@ -199,6 +199,11 @@ class _FullState:
     last_failures: tuple = (0, 0)
     etas: list = field(default_factory=list)
     losses_t: tuple | None = None
+    #: The compiled scan's block of dot products, reused from block to block (or None).
+    dots: np.ndarray | None = None
+    #: The arrays that rows, flat, C and Ra are the leading parts of (a compiled commit's, with
+    #: room to grow: the next commit merges in place), or None.
+    buffers: tuple | None = None
 
     @property
     def n(self) -> int:
@@ -400,8 +405,15 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     from budro.solvers import _full_numba
 
     _, order, seg, Zp, sqc_p, gid_p, inv = _permutation(st)
-    D = st.Zc[cols] @ Zp.T  # (b, n), rows in group order
     b = cols.size
+    # (b, n) dot products, rows in group order, in a buffer kept on the state: a fresh block of
+    # up to _BLOCK_BYTES each time costs its page faults again (10.4 instead of 13-15 ms a block
+    # of 433 columns at Adult)
+    dots = st.dots
+    if dots is None or dots.shape[0] < b or dots.shape[1] != Zp.shape[0] or dots.dtype != Zp.dtype:
+        dots = st.dots = np.empty((b, Zp.shape[0]), dtype=Zp.dtype)
+    D = dots[:b]
+    np.matmul(st.Zc[cols], Zp.T, out=D)
     Q, G = E.size, st.X.shape[1]
     cached = st.losses_t
     if cached is None or cached[0] is not losses or cached[1] is not order:  # once per rescan, not per block
@@ -458,18 +470,55 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
             np.concatenate((out_R[take], R2[take2]))[by_col], counts, X, masks, mus)
 
 
-def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id) -> None:
+def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, *, threads: int = 0) -> None:
     """Replace the lists of ``cols`` (sorted) by the scanned ones.
 
     The kept columns' old entries stay in order between the replaced columns, so the new arrays
     are the old runs and the scanned lists concatenated, piece by piece (contiguous copies: a
-    gather and scatter of every kept entry cost several times more at millions of pairs)."""
+    gather and scatter of every kept entry cost several times more at millions of pairs).
+    ``threads`` > 0: the same arrays by one compiled pass over the columns on that many threads
+    (``_full_numba.merge_lists``) instead of a concatenation of 2 len(cols) + 1 pieces per array."""
     n = st.n
     old_ptr = st.ptr
     new_counts = np.diff(old_ptr)
     new_counts[cols] = counts
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(new_counts, out=ptr[1:])
+    if threads > 0:
+        import numba
+
+        from budro.solvers import _full_numba
+
+        replaced = np.full(n, -1, dtype=np.int64)
+        replaced[cols] = np.arange(len(cols))
+        off = np.zeros(len(cols) + 1, dtype=np.int64)
+        np.cumsum(counts, out=off[1:])
+        size = int(ptr[-1])
+        new = (np.ascontiguousarray(rows, dtype=st.rows.dtype), np.asarray(C, dtype=np.float64),
+               np.asarray(R, dtype=np.float64), st.labels.astype(st.flat.dtype, copy=False), st.flat.dtype.type(st.K))
+        bufs = getattr(st, "buffers", None)  # the arrays the lists are views of, when _commit made them
+        if bufs is not None and bufs[0].size >= size:
+            # in place: freshly allocated lists cost a page fault per 4 KiB written (a third of
+            # the commit's time at Adult), and a second set of buffers would double their memory
+            _full_numba.merge_lists_in_place(old_ptr, ptr, replaced, off, *bufs, *new)
+        else:  # into new buffers with room for the lists to grow by a quarter
+            room = size + size // 4 + 1024
+            bufs = (np.empty(room, dtype=st.rows.dtype), np.empty(room, dtype=st.flat.dtype), np.empty(room),
+                    np.empty(room))
+            before = numba.get_num_threads()
+            numba.set_num_threads(threads)
+            try:
+                _full_numba.merge_lists(old_ptr, ptr, replaced, off, st.rows, st.flat, st.C, st.Ra, *new[:3], *new[3:],
+                                        *bufs, max(1, min(n, 4 * threads)))
+            finally:
+                numba.set_num_threads(before)
+            st.buffers = bufs
+        st.ptr, (st.rows, st.flat, st.C, st.Ra) = ptr, tuple(b[:size] for b in bufs)
+        st.X[cols] = X
+        st.mask[cols] = masks
+        st.mu[cols] = mus
+        st.anchor_of[cols] = anchor_id
+        return
     # old runs of kept columns: before the first replaced column, between two, after the last
     run_lo = old_ptr[np.concatenate(([0], np.asarray(cols) + 1))]
     run_hi = old_ptr[np.concatenate((cols, [n]))]
@@ -491,6 +540,7 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id) 
         pieces.append(old[run_lo[-1]:run_hi[-1]])
         out.append(np.concatenate(pieces).astype(old.dtype, copy=False))
     st.ptr, (st.rows, st.flat, st.C, st.Ra) = ptr, out
+    st.buffers = None
     st.X[cols] = X
     st.mask[cols] = masks
     st.mu[cols] = mus
@@ -552,7 +602,8 @@ def _rescan(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray,
     X = np.concatenate([p[1][4] for p in parts])
     masks = np.concatenate([p[1][5] for p in parts])
     mus = np.concatenate([p[1][6] for p in parts])
-    _commit(st, blocks, rows, C, R, counts, X, masks, mus, anchor_id)
+    _commit(st, blocks, rows, C, R, counts, X, masks, mus, anchor_id,
+            threads=_sparse_kernels.kernel_threads(solver.kernel_threads, None) if compiled(solver) else 0)
     st.scanned += done
     return done
 
