@@ -300,29 +300,35 @@ def group_rise(losses, order, L, starts, groups, out):
             out[g, k] = m
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_scanned(j, i, new_ptr, off, new_rows, new_C, new_R, labels, K, rows, flat, C, Ra):
+    """Column j's scanned list (the i-th of ``new_*``, from ``off[i]``) written at ``new_ptr[j]``,
+    its flat indices made from its rows and label."""
+    dst = new_ptr[j]
+    src = off[i]
+    lab = labels[j]
+    for x in range(new_ptr[j + 1] - dst):
+        r = new_rows[src + x]
+        rows[dst + x] = r
+        flat[dst + x] = r * K + lab
+        C[dst + x] = new_C[src + x]
+        Ra[dst + x] = new_R[src + x]
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def merge_lists(old_ptr, new_ptr, replaced, off, old_rows, old_flat, old_C, old_Ra, new_rows, new_C, new_R, labels, K,
                 out_rows, out_flat, out_C, out_Ra, nchunks):
     """The lists after a rescan (:func:`budro.solvers._dual_full._commit`), in one pass: column j
-    takes the scanned list ``new_*[off[replaced[j]]:]`` where ``replaced[j] >= 0`` (its flat
-    indices made from its rows and label), else its old list; both are written at ``new_ptr[j]``."""
+    takes the scanned list ``new_*[off[replaced[j]]:]`` where ``replaced[j] >= 0``, else its old
+    list; both are written at ``new_ptr[j]``."""
     n = old_ptr.size - 1
     for ch in numba.prange(nchunks):
-        j0 = ch * n // nchunks
-        j1 = (ch + 1) * n // nchunks
-        for j in range(j0, j1):
-            dst = new_ptr[j]
+        for j in range(ch * n // nchunks, (ch + 1) * n // nchunks):
             i = replaced[j]
             if i >= 0:
-                src = off[i]
-                lab = labels[j]
-                for x in range(new_ptr[j + 1] - dst):
-                    r = new_rows[src + x]
-                    out_rows[dst + x] = r
-                    out_flat[dst + x] = r * K + lab
-                    out_C[dst + x] = new_C[src + x]
-                    out_Ra[dst + x] = new_R[src + x]
+                _put_scanned(j, i, new_ptr, off, new_rows, new_C, new_R, labels, K, out_rows, out_flat, out_C, out_Ra)
             else:
+                dst = new_ptr[j]
                 src = old_ptr[j]
                 for x in range(new_ptr[j + 1] - dst):
                     out_rows[dst + x] = old_rows[src + x]
@@ -342,6 +348,16 @@ def _move(a, d, s, length):
             a[d + x] = a[s + x]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _move_list(j, old_ptr, new_ptr, rows, flat, C, Ra):
+    """Column j's kept list moved from ``old_ptr[j]`` to ``new_ptr[j]`` in all four arrays."""
+    d, s, length = new_ptr[j], old_ptr[j], old_ptr[j + 1] - old_ptr[j]
+    _move(rows, d, s, length)
+    _move(flat, d, s, length)
+    _move(C, d, s, length)
+    _move(Ra, d, s, length)
+
+
 @numba.njit(cache=True, nogil=True)
 def merge_lists_in_place(old_ptr, new_ptr, replaced, off, rows, flat, C, Ra, new_rows, new_C, new_R, labels, K):
     """:func:`merge_lists` inside the arrays themselves (their length at least ``new_ptr[-1]``):
@@ -352,27 +368,10 @@ def merge_lists_in_place(old_ptr, new_ptr, replaced, off, rows, flat, C, Ra, new
     n = old_ptr.size - 1
     for j in range(n):
         if replaced[j] < 0 and new_ptr[j] < old_ptr[j]:
-            length = old_ptr[j + 1] - old_ptr[j]
-            _move(rows, new_ptr[j], old_ptr[j], length)
-            _move(flat, new_ptr[j], old_ptr[j], length)
-            _move(C, new_ptr[j], old_ptr[j], length)
-            _move(Ra, new_ptr[j], old_ptr[j], length)
+            _move_list(j, old_ptr, new_ptr, rows, flat, C, Ra)
     for j in range(n - 1, -1, -1):
         if replaced[j] < 0 and new_ptr[j] > old_ptr[j]:
-            length = old_ptr[j + 1] - old_ptr[j]
-            _move(rows, new_ptr[j], old_ptr[j], length)
-            _move(flat, new_ptr[j], old_ptr[j], length)
-            _move(C, new_ptr[j], old_ptr[j], length)
-            _move(Ra, new_ptr[j], old_ptr[j], length)
+            _move_list(j, old_ptr, new_ptr, rows, flat, C, Ra)
     for j in range(n):
-        i = replaced[j]
-        if i >= 0:
-            dst = new_ptr[j]
-            src = off[i]
-            lab = labels[j]
-            for x in range(new_ptr[j + 1] - dst):
-                r = new_rows[src + x]
-                rows[dst + x] = r
-                flat[dst + x] = r * K + lab
-                C[dst + x] = new_C[src + x]
-                Ra[dst + x] = new_R[src + x]
+        if replaced[j] >= 0:
+            _put_scanned(j, replaced[j], new_ptr, off, new_rows, new_C, new_R, labels, K, rows, flat, C, Ra)
