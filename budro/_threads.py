@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -142,17 +143,30 @@ def _env_threads() -> int | None:
     return n
 
 
-def available_cores() -> int:
+#: (time.monotonic() of the reading, cgroup quota in cores or None) for available_cores(max_age=...).
+_QUOTA_READ: tuple[float, int | None] | None = None
+
+
+def available_cores(max_age: float = 0.0) -> int:
     """The number of CPU cores this process may use (at least 1).
 
     ``BUDRO_NUM_THREADS`` when set; otherwise the smaller of the affinity mask's size and the
     cgroup CPU quota (v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``, rounded up), whichever exist.
+    ``max_age`` > 0: the quota as read at most that many seconds ago (reading the cgroup files
+    takes about 0.1 ms, too much for every solve of a fit); the environment variable and the
+    affinity mask are read every time.
     """
+    global _QUOTA_READ
     env = _env_threads()
     if env is not None:
         return env
     cores = _affinity_cores()
-    quota = _cgroup_cores()
+    now = time.monotonic()
+    if max_age > 0.0 and _QUOTA_READ is not None and now - _QUOTA_READ[0] <= max_age:
+        quota = _QUOTA_READ[1]
+    else:
+        quota = _cgroup_cores()
+        _QUOTA_READ = (now, quota)
     return min(cores, quota) if quota is not None else cores
 
 
@@ -160,7 +174,7 @@ def available_cores() -> int:
 ROWS_PER_THREAD = 10_000
 
 
-def default_threads(n_rows: int | None = None) -> int:
+def default_threads(n_rows: int | None = None, *, max_age: float = 0.0) -> int:
     """The thread count of a booster whose user set none: :func:`available_cores`, and for
     ``n_rows`` training rows at most one thread per :data:`ROWS_PER_THREAD` rows.
 
@@ -169,7 +183,7 @@ def default_threads(n_rows: int | None = None) -> int:
     within 12 % of the fastest, on an idle machine and beside a busy process (docs/threads.md)."""
     if n_rows is not None and int(n_rows) < 2 * ROWS_PER_THREAD:
         return 1  # whatever the cores (reading them takes ~0.1 ms: the affinity and cgroup files)
-    cores = available_cores()
+    cores = available_cores(max_age)
     if n_rows is None:
         return cores
     return int(max(1, min(cores, int(n_rows) // ROWS_PER_THREAD)))

@@ -207,7 +207,7 @@ def test_default_kernel_threads_follow_the_columns_and_the_available_cores(monke
 
     assert DualSolver().kernel_threads is None
     pool = numba.config.NUMBA_NUM_THREADS
-    monkeypatch.setattr(threads, "available_cores", lambda: 8)
+    monkeypatch.setattr(threads, "available_cores", lambda max_age=0.0: 8)
     assert _sparse_kernels.kernel_threads(None, 800) == 1  # German
     assert _sparse_kernels.kernel_threads(None, 4222) == 1  # COMPAS
     assert _sparse_kernels.kernel_threads(None, 36177) == min(3, pool)  # Adult
@@ -234,7 +234,7 @@ def test_default_kernel_threads_reach_the_kernel(monkeypatch):
     losses, labels, cost = make_sparse(rng, 20000, 6, K=2, integer=True)
     problem = TransportProblem(losses, labels, cost, 0.2 * float(cost.neighbor_costs.mean()))
     ref = DualSolver(kernel="numba", kernel_threads=1).solve(problem)
-    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads, "available_cores", lambda max_age=0.0: 2)
     seen = []
     real = numba.set_num_threads
     monkeypatch.setattr(numba, "set_num_threads", lambda k: (seen.append(k), real(k))[1])

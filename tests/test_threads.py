@@ -206,3 +206,23 @@ def test_fit_bounds_blas_pools_to_available_cores(monkeypatch):
         after = max(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas")
     assert seen and all(n == 1 for n in seen)
     assert after == 2
+
+
+def test_max_age_reuses_a_recent_quota_reading(fake_cgroups, monkeypatch):
+    """available_cores(max_age=...) reuses the cgroup quota read within max_age seconds (a solve
+    asks every round); max_age=0 (the default) reads the files every time; the environment
+    variable and the affinity mask are never cached."""
+    proc, write = fake_cgroups
+    proc.write_text("0::/\n")
+    write("cpu.max", "200000 100000\n")
+    monkeypatch.setattr(_threads, "_QUOTA_READ", None)
+    assert _threads.available_cores(max_age=60.0) == 2
+    write("cpu.max", "300000 100000\n")
+    assert _threads.available_cores(max_age=60.0) == 2  # the reading of a moment ago
+    assert _threads.available_cores() == 3  # read again
+    assert _threads.available_cores(max_age=60.0) == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert _threads.available_cores(max_age=60.0) == 1  # the affinity mask is read every time
+    monkeypatch.setenv(_threads.ENV_THREADS, "5")
+    assert _threads.available_cores(max_age=60.0) == 5
+    assert _threads.default_threads(10**6, max_age=60.0) == 5

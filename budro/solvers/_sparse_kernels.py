@@ -56,7 +56,8 @@ def kernel_threads(threads: int | None, columns: int | None) -> int:
     from budro._threads import available_cores, default_threads
 
     if threads is None:
-        threads = available_cores() if columns is None else default_threads(columns)
+        # the cgroup quota as read in the last few seconds: a solve of a fit calls this every round
+        threads = available_cores(max_age=5.0) if columns is None else default_threads(columns, max_age=5.0)
     return max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS))
 
 
