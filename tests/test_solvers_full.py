@@ -460,3 +460,21 @@ def test_compiled_group_rise_equals_numpy(seed):
     b = anc.up(later, G, 1, compiled=True)
     np.testing.assert_array_equal(a, b)
     assert np.isneginf(a[G - 2:]).all()
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+@pytest.mark.parametrize("nchunks", [1, 3, 8])
+def test_list_down_equals_numpy_on_any_chunking(nchunks):
+    """The certificate's per-column largest fall since the anchor, compiled in chunks of columns,
+    equals numpy's reduceat entry for entry (lists of any lengths, one of them a single pair)."""
+    from budro.solvers import _full_numba
+
+    rng = np.random.default_rng(nchunks)
+    n, K = 50, 2
+    counts = rng.integers(1, 9, n)
+    counts[7] = 1
+    ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    flat = rng.integers(0, n * K, int(ptr[-1])).astype(np.int32)
+    Ra, losses_flat = rng.random(int(ptr[-1])), rng.random(n * K)
+    expected = np.maximum.reduceat(Ra - losses_flat[flat], ptr[:-1])
+    np.testing.assert_array_equal(_full_numba.list_down(ptr, flat, Ra, losses_flat, nchunks), expected)

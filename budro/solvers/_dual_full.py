@@ -648,7 +648,15 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
     if compiled(solver):
         from budro.solvers import _full_numba
 
-        down = _full_numba.list_down(st.ptr, st.flat, st.Ra, losses_flat)
+        import numba
+
+        use = _sparse_kernels.kernel_threads(solver.kernel_threads, st.n)
+        before = numba.get_num_threads()
+        numba.set_num_threads(use)
+        try:
+            down = _full_numba.list_down(st.ptr, st.flat, st.Ra, losses_flat, max(1, min(st.n, 4 * use)))
+        finally:
+            numba.set_num_threads(before)
     else:
         down = np.maximum.reduceat(st.Ra - losses_flat[st.flat], st.ptr[:-1])
     n, G = st.n, st.X.shape[1]
