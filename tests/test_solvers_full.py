@@ -478,3 +478,24 @@ def test_list_down_equals_numpy_on_any_chunking(nchunks):
     Ra, losses_flat = rng.random(int(ptr[-1])), rng.random(n * K)
     expected = np.maximum.reduceat(Ra - losses_flat[flat], ptr[:-1])
     np.testing.assert_array_equal(_full_numba.list_down(ptr, flat, Ra, losses_flat, nchunks), expected)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_dots_in_slices_are_the_block_gemm(threads):
+    """The scan's dot products computed as single-threaded GEMMs on row slices by a thread pool:
+    every entry within float32 rounding of the float64 product (the bound the scan's certificate
+    allows for any summation order), and the whole block written."""
+    from threadpoolctl import threadpool_limits
+
+    from budro.solvers import _dual_full
+
+    rng = np.random.default_rng(threads)
+    A = rng.normal(size=(37, 11)).astype(np.float32)
+    Zp = rng.normal(size=(500, 11)).astype(np.float32)
+    out = np.full((37, 500), np.nan, dtype=np.float32)
+    with threadpool_limits(limits=1, user_api="blas"):
+        _dual_full._dots(A, Zp, out, threads)
+    exact = A.astype(np.float64) @ Zp.astype(np.float64).T
+    bound = 11 * 2.0**-24 * (np.abs(A).astype(np.float64) @ np.abs(Zp).astype(np.float64).T) + 1e-30
+    assert np.isfinite(out).all()
+    assert (np.abs(out - exact) <= 2 * bound).all()

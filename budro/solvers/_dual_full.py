@@ -397,6 +397,39 @@ def _hulls_per_column(ids, cols, R, C, mus, ncols):
     return ids[order], cols[order], R[order], C[order]
 
 
+def _dots(A: np.ndarray, Zp: np.ndarray, out: np.ndarray, threads: int) -> None:
+    """``out = A @ Zp.T``: with ``threads`` > 1, as that many single-threaded GEMMs on slices of
+    rows of A, run by a thread pool (numpy releases the GIL in matmul).  The solve keeps BLAS on
+    one thread (:func:`_one_blas_thread`: OpenBLAS's own pool spins after each call), so this is
+    how the GEMM still uses the cores; each row's products are the same single-threaded GEMM's."""
+    b = A.shape[0]
+    if threads <= 1 or b < 2 * threads:
+        np.matmul(A, Zp.T, out=out)
+        return
+    bounds = np.linspace(0, b, threads + 1).round().astype(int)
+    pool = _gemm_pool(threads)
+    futures = [pool.submit(np.matmul, A[lo:hi], Zp.T, out=out[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    for f in futures:
+        f.result()
+
+
+_POOLS: dict = {}
+
+
+def _gemm_pool(threads: int):
+    """A pool of ``threads`` threads for :func:`_dots`, one per process (keyed by its id: a
+    forked child inherits the parent's pool object but none of its threads)."""
+    import os
+
+    key = (os.getpid(), threads)
+    pool = _POOLS.get(key)
+    if pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = _POOLS[key] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="budro-gemm")
+    return pool
+
+
 def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     """Scan the columns ``cols``: (rows, C, R, counts, X, masks), lists grouped by column."""
     if not compiled(solver):
@@ -413,7 +446,7 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     if dots is None or dots.shape[0] < b or dots.shape[1] != Zp.shape[0] or dots.dtype != Zp.dtype:
         dots = st.dots = np.empty((b, Zp.shape[0]), dtype=Zp.dtype)
     D = dots[:b]
-    np.matmul(st.Zc[cols], Zp.T, out=D)
+    _dots(st.Zc[cols], Zp, D, _sparse_kernels.kernel_threads(solver.kernel_threads, None))
     Q, G = E.size, st.X.shape[1]
     cached = st.losses_t
     if cached is None or cached[0] is not losses or cached[1] is not order:  # once per rescan, not per block
