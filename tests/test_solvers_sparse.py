@@ -503,3 +503,37 @@ def test_preload_loads_the_kernels_a_sparse_solve_uses():
         "assert not new, new\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+def test_a_forked_child_solves_on_one_thread_after_a_parallel_parent():
+    """numba's OpenMP layer terminates a forked child that starts a parallel region once the
+    parent has used it: after a parallel solve, a fork's solves run the kernel on one thread
+    (same result), even where the parent asked for two."""
+    import multiprocessing
+    import os
+    import subprocess
+    import sys
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    code = (
+        "import multiprocessing as mp, numpy as np\n"
+        "from budro.solvers import _sparse_kernels\n"
+        "from budro.solvers.dual import DualSolver\n"
+        "from budro.transport import NeighborCost, TransportProblem\n"
+        "rng = np.random.default_rng(0); n = 3000\n"
+        "cost = NeighborCost(rng.normal(size=(n, 3)), 6)\n"
+        "p = TransportProblem(rng.random((n, 2)), rng.integers(0, 2, n), cost, 0.1)\n"
+        "def solve():\n"
+        "    return DualSolver(kernel='numba', kernel_threads=2).solve(p).objective, _sparse_kernels.kernel_threads(2, n)\n"
+        "a, used = solve()\n"
+        "assert _sparse_kernels._PARALLEL_PID is not None or used == 1\n"
+        "with mp.get_context('fork').Pool(1) as pool:\n"
+        "    b, child_threads = pool.apply_async(solve).get(timeout=60)\n"
+        "assert b == a and child_threads == 1, (a, b, child_threads)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "NUMBA_NUM_THREADS": "2"})
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]

@@ -470,6 +470,7 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     def run(sel, D_sel, X_sel, masks_sel, mus_sel, counts_sel, cap_sel):
         m = sel.size
         out = (np.empty(m * cap_sel, dtype=np.int64), np.empty(m * cap_sel), np.empty(m * cap_sel))
+        _sparse_kernels.note_parallel()
         before = numba.get_num_threads()
         numba.set_num_threads(use)
         try:
@@ -538,6 +539,7 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, 
             room = size + size // 4 + 1024
             bufs = (np.empty(room, dtype=st.rows.dtype), np.empty(room, dtype=st.flat.dtype), np.empty(room),
                     np.empty(room))
+            _sparse_kernels.note_parallel()
             before = numba.get_num_threads()
             numba.set_num_threads(threads)
             try:
@@ -684,6 +686,7 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
         import numba
 
         use = _sparse_kernels.kernel_threads(solver.kernel_threads, st.n)
+        _sparse_kernels.note_parallel()
         before = numba.get_num_threads()
         numba.set_num_threads(use)
         try:

@@ -44,14 +44,42 @@ def available() -> bool:
     return True
 
 
+#: The process that has run a parallel kernel (numba's threading layer started), or None.
+_PARALLEL_PID: int | None = None
+
+
+def note_parallel() -> None:
+    """Record that this process runs a parallel kernel: numba's OpenMP threading layer is not
+    fork-safe (a forked child that starts a parallel region is terminated), so the children of
+    such a process run the kernels on one thread (:func:`kernel_threads`)."""
+    global _PARALLEL_PID
+    if _PARALLEL_PID is None:
+        import os
+
+        _PARALLEL_PID = os.getpid()
+
+
+def forked_after_parallel() -> bool:
+    """Whether this process is a fork of one that ran a parallel kernel."""
+    if _PARALLEL_PID is None:
+        return False
+    import os
+
+    return _PARALLEL_PID != os.getpid()
+
+
 def kernel_threads(threads: int | None, columns: int | None) -> int:
     """The compiled kernels' thread count: ``threads`` when given (at most numba's
     ``NUMBA_NUM_THREADS``), else budro's choice for work spread over ``columns`` columns:
     :func:`budro._threads.default_threads` (one thread per 10 000 columns, at most the cores this
     process may use: German's 800 and COMPAS's 4222 columns get one, Adult's 36 177 two on a
     2-core machine), or every available core when ``columns`` is None (work per column large
-    enough on its own: the full path's scans of n rows per column)."""
+    enough on its own: the full path's scans of n rows per column).  One in a forked child of a
+    process that ran a parallel kernel, whatever ``threads`` says (:func:`note_parallel`)."""
     import numba
+
+    if forked_after_parallel():
+        return 1
 
     from budro._threads import available_cores, default_threads
 
@@ -155,6 +183,7 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
         np.cumsum(ws.col_count[:-1], out=starts[1:])
         return (ws.out_rows[:size], ws.out_cols[:size], ws.out_R[:size], ws.out_C[:size], int(n_dom),
                 ws.edge_e[:n_edge], ws.edge_dc[:n_edge], ws.last_cost, starts)
+    note_parallel()
     chunks = max(1, min(n, 4 * use))
     bounds = np.linspace(0, n, chunks + 1).round().astype(np.int64)
     counts = np.zeros((chunks, 3), dtype=np.int64)

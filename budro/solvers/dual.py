@@ -90,6 +90,9 @@ class DualSolver(Solver):
         sleep during the solve (``import budro`` shortens libgomp's spin, docs/threads.md), so the
         kernel may use the cores; on Adult (m = 32, XGBoost) two threads took the solve from 9.4
         to 7.4 ms per round (docs/performance.md).  The result does not depend on the count.
+        In a process forked from one that ran a parallel kernel the sparse path's kernel runs on
+        one thread whatever is set: numba's OpenMP threading layer terminates a forked child
+        that starts a parallel region.
     max_dense_n : int or None, default 20000
         Largest n accepted on the full (dense) problem; larger ones are refused before any cost
         is read, with the estimated time and memory per round (about 250 ns per cost entry on a
