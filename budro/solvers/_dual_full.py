@@ -446,7 +446,8 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     if dots is None or dots.shape[0] < b or dots.shape[1] != Zp.shape[0] or dots.dtype != Zp.dtype:
         dots = st.dots = np.empty((b, Zp.shape[0]), dtype=Zp.dtype)
     D = dots[:b]
-    _dots(st.Zc[cols], Zp, D, _sparse_kernels.kernel_threads(solver.kernel_threads, None))
+    use = _sparse_kernels.kernel_threads(solver.kernel_threads, None)  # each column scans n >= full_min_n rows
+    _dots(st.Zc[cols], Zp, D, use)
     Q, G = E.size, st.X.shape[1]
     cached = st.losses_t
     if cached is None or cached[0] is not losses or cached[1] is not order:  # once per rescan, not per block
@@ -461,25 +462,16 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     # a wide block (small n): its outputs within a block's bytes too (longer lists: scanned again)
     cap = min(cap, max(64, _BLOCK_BYTES // (24 * b)))
     fast = fast_grid(E, q_lo, q_hi)
-    threads = solver.kernel_threads
-    import numba
-
-    use = _sparse_kernels.kernel_threads(threads, None)  # each column scans n >= full_min_n rows
     cols64 = cols.astype(np.int64)
 
     def run(sel, D_sel, X_sel, masks_sel, mus_sel, counts_sel, cap_sel):
         m = sel.size
         out = (np.empty(m * cap_sel, dtype=np.int64), np.empty(m * cap_sel), np.empty(m * cap_sel))
-        _sparse_kernels.note_parallel()
-        before = numba.get_num_threads()
-        numba.set_num_threads(use)
-        try:
+        with _sparse_kernels.parallel_threads(use):
             _full_numba.scan(sel, inv[sel], D_sel, sqc_p, st.kappa, float(st.sqc.max()), st.cost.Z, st.cost._sq,
                              ZERO_RTOL, LTp, LT, st.labels, E, q_lo, q_hi, float(delta), float(mu), _KMAX, gid_p,
                              st.gid, order, seg, fast, X_sel, masks_sel, mus_sel, *out, counts_sel, cap_sel,
                              max(1, min(m, 4 * use)))
-        finally:
-            numba.set_num_threads(before)
         return out
 
     out_rows, out_C, out_R = run(cols64, D, X, masks, mus, counts, cap)
@@ -519,8 +511,6 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, 
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(new_counts, out=ptr[1:])
     if threads > 0:
-        import numba
-
         from budro.solvers import _full_numba
 
         replaced = np.full(n, -1, dtype=np.int64)
@@ -539,21 +529,24 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, 
             room = size + size // 4 + 1024
             bufs = (np.empty(room, dtype=st.rows.dtype), np.empty(room, dtype=st.flat.dtype), np.empty(room),
                     np.empty(room))
-            _sparse_kernels.note_parallel()
-            before = numba.get_num_threads()
-            numba.set_num_threads(threads)
-            try:
-                _full_numba.merge_lists(old_ptr, ptr, replaced, off, st.rows, st.flat, st.C, st.Ra, *new[:3], *new[3:],
-                                        *bufs, max(1, min(n, 4 * threads)))
-            finally:
-                numba.set_num_threads(before)
+            with _sparse_kernels.parallel_threads(threads):
+                _full_numba.merge_lists(old_ptr, ptr, replaced, off, st.rows, st.flat, st.C, st.Ra, *new, *bufs,
+                                        max(1, min(n, 4 * threads)))
             st.buffers = bufs
         st.ptr, (st.rows, st.flat, st.C, st.Ra) = ptr, tuple(b[:size] for b in bufs)
-        st.X[cols] = X
-        st.mask[cols] = masks
-        st.mu[cols] = mus
-        st.anchor_of[cols] = anchor_id
-        return
+    else:
+        st.ptr, (st.rows, st.flat, st.C, st.Ra) = ptr, _concatenate_lists(st, cols, rows, C, R, counts, old_ptr)
+        st.buffers = None
+    st.X[cols] = X
+    st.mask[cols] = masks
+    st.mu[cols] = mus
+    st.anchor_of[cols] = anchor_id
+
+
+def _concatenate_lists(st: _FullState, cols, rows, C, R, counts, old_ptr) -> list:
+    """:func:`_commit`'s new (rows, flat, C, Ra) by numpy: the old runs and the scanned lists
+    concatenated, piece by piece."""
+    n = st.n
     # old runs of kept columns: before the first replaced column, between two, after the last
     run_lo = old_ptr[np.concatenate(([0], np.asarray(cols) + 1))]
     run_hi = old_ptr[np.concatenate((cols, [n]))]
@@ -574,12 +567,7 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, 
             pieces.append(new[off[i]:off[i + 1]])
         pieces.append(old[run_lo[-1]:run_hi[-1]])
         out.append(np.concatenate(pieces).astype(old.dtype, copy=False))
-    st.ptr, (st.rows, st.flat, st.C, st.Ra) = ptr, out
-    st.buffers = None
-    st.X[cols] = X
-    st.mask[cols] = masks
-    st.mu[cols] = mus
-    st.anchor_of[cols] = anchor_id
+    return out
 
 
 class _Stop(Exception):
@@ -683,16 +671,9 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
     if compiled(solver):
         from budro.solvers import _full_numba
 
-        import numba
-
         use = _sparse_kernels.kernel_threads(solver.kernel_threads, st.n)
-        _sparse_kernels.note_parallel()
-        before = numba.get_num_threads()
-        numba.set_num_threads(use)
-        try:
+        with _sparse_kernels.parallel_threads(use):
             down = _full_numba.list_down(st.ptr, st.flat, st.Ra, losses_flat, max(1, min(st.n, 4 * use)))
-        finally:
-            numba.set_num_threads(before)
     else:
         down = np.maximum.reduceat(st.Ra - losses_flat[st.flat], st.ptr[:-1])
     n, G = st.n, st.X.shape[1]

@@ -27,6 +27,7 @@ is cached on disk (``cache=True``) and happens on first use.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -57,6 +58,22 @@ def note_parallel() -> None:
         import os
 
         _PARALLEL_PID = os.getpid()
+
+
+@contextlib.contextmanager
+def parallel_threads(use: int):
+    """Run a parallel kernel inside the block on ``use`` numba threads: the process is recorded
+    as one that ran a parallel kernel (:func:`note_parallel`) and numba's thread count is
+    restored after."""
+    import numba
+
+    note_parallel()
+    before = numba.get_num_threads()
+    numba.set_num_threads(use)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def forked_after_parallel() -> bool:
@@ -165,8 +182,6 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     column starts.  ``threads``: the kernel's threads (None: :func:`kernel_threads`' choice for
     the number of columns).
     """
-    import numba
-
     kern = _kernels()
     if ptr is None:
         n, m = flat.shape
@@ -183,16 +198,11 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
         np.cumsum(ws.col_count[:-1], out=starts[1:])
         return (ws.out_rows[:size], ws.out_cols[:size], ws.out_R[:size], ws.out_C[:size], int(n_dom),
                 ws.edge_e[:n_edge], ws.edge_dc[:n_edge], ws.last_cost, starts)
-    note_parallel()
     chunks = max(1, min(n, 4 * use))
     bounds = np.linspace(0, n, chunks + 1).round().astype(np.int64)
     counts = np.zeros((chunks, 3), dtype=np.int64)
-    before = numba.get_num_threads()
-    numba.set_num_threads(use)
-    try:
+    with parallel_threads(use):
         kern.candidates(bounds, *args, counts)
-    finally:
-        numba.set_num_threads(before)
     starts = ws.starts
     np.cumsum(ws.col_count[:-1], out=starts[1:])
     first = ptr[bounds[:-1]]
