@@ -209,6 +209,8 @@ class DualSolver(Solver):
         problem of the same kind with the same kernels (its own solver; nothing of this one is
         touched), and the first solve waits for it to end.  Nothing is started where the numpy
         kernel runs or for dense and full problems."""
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise ValidationError(f"DualSolver.prepare: n must be the number of points (an integer >= 0), got {n!r}")
         if not sparse or self.kernel == "numpy" or not _sparse_kernels.available():
             return
         import threading
