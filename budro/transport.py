@@ -12,6 +12,7 @@ hands one over (:class:`DenseCost`): :class:`EmbeddingCost` computes columns of 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -243,8 +244,9 @@ class NeighborCost(Cost):
         scipy's k-d tree (``cKDTree``) on the principal axes of ``Z`` (an exact rotation: the
         tree's cells follow the directions the data spread along), queried in the tree's order,
         unless the data's dimension at the neighbours' scale (Levina and Bickel's estimate on
-        :data:`DIMENSION_SAMPLE` seeded points) exceeds :data:`KD_TREE_MAX_DIM`, where brute force
-        is used.  ``"faiss-ivf"``: faiss's inverted-file index (k-means cells of about
+        :data:`DIMENSION_SAMPLE` seeded points) exceeds :data:`KD_TREE_MAX_DIM`, or a cost model
+        of both searches on the data (the points a tree query examines, counted on seeded
+        queries; no timing) expects brute force to be faster, where brute force is used.  ``"faiss-ivf"``: faiss's inverted-file index (k-means cells of about
         :data:`IVF_POINTS_PER_CELL` points, the :data:`IVF_NPROBE` nearest cells searched),
         approximate.  ``"faiss-hnsw"``: faiss's HNSW graph, approximate, built on one thread (a
         graph built on several depends on their timing), slow to build.  ``"auto"``: as
@@ -312,10 +314,26 @@ class NeighborCost(Cost):
                 k = min(m, len(first))
                 idx_distinct, self.method = _search(method, self.Z[first], k, threads)
                 idx = _expand_copies(idx_distinct, inverse, counts, m)[inverse]
-        self._finish(idx)
+            self._finish(idx, threads)
 
-    def _finish(self, idx: np.ndarray) -> None:
+    def _finish(self, idx: np.ndarray, threads: int = 1) -> None:
         n, m = self.n, self.m
+        kernel = _finish_kernel(n * m)
+        if kernel is not None:
+            self.neighbors = np.empty((n, m), dtype=np.intp)
+            self.neighbor_costs = np.empty((n, m))
+            idx = np.ascontiguousarray(idx, dtype=np.intp)
+            chunks = [(start, min(n, start + FINISH_CHUNK)) for start in range(0, n, FINISH_CHUNK)]
+            run = lambda span: kernel(self.Z, idx, span[0], span[1], self.neighbors, self.neighbor_costs)  # noqa: E731
+            if threads > 1 and len(chunks) > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(min(threads, len(chunks))) as pool:
+                    list(pool.map(run, chunks))
+            else:
+                for span in chunks:
+                    run(span)
+            return
         # Each list starts with the point itself (ties among duplicates may have pushed it out),
         # followed by the first m - 1 other neighbours, by increasing exact cost.  Exact squared
         # distances of the listed pairs; in row blocks, written into the final arrays (whole
@@ -325,14 +343,18 @@ class NeighborCost(Cost):
         self.neighbor_costs = np.empty((n, m))
         self.neighbors[:, 0] = np.arange(n)
         self.neighbor_costs[:, 0] = 0.0
-        block = max(1, (64 << 20) // max(1, 8 * max(m - 1, 1) * self.Z.shape[1]))
+        columns = np.ascontiguousarray(self.Z.T)  # each coordinate contiguous, gathered per block
+        block = max(1, (16 << 20) // max(1, 8 * max(m - 1, 1)))
         for start in range(0, n, block):
             stop = min(n, start + block)
             part = idx[start:stop]
             not_self = part != np.arange(start, stop)[:, None]
             others = np.take_along_axis(part, np.argsort(~not_self, axis=1, kind="stable"), axis=1)[:, : m - 1]
-            d = self.Z[others] - self.Z[start:stop, None, :]
-            costs = np.einsum("ijk,ijk->ij", d, d)
+            # summed coordinate by coordinate, in order: the compiled kernel's exact arithmetic
+            costs = np.zeros(others.shape)
+            for zk in columns:
+                dk = zk[others] - zk[start:stop, None]
+                costs += dk * dk
             order = np.argsort(costs, axis=1, kind="stable")
             self.neighbors[start:stop, 1:] = np.take_along_axis(others, order, axis=1)
             self.neighbor_costs[start:stop, 1:] = np.take_along_axis(costs, order, axis=1)
@@ -400,6 +422,23 @@ APPROX_MIN_DIM = 6.5
 #: uses brute force, ``"auto"`` faiss's IVF index when installed.
 KD_TREE_MAX_DIM = 12.0
 DIMENSION_SAMPLE = 256
+#: Cost model of ``"exact"`` above EXACT_BRUTE_MAX_N points (:func:`_brute_force_cheaper`), in
+#: nanoseconds of one thread, measured on this project's 2-core machines
+#: (``benchmarks/neighbor_choice.py``): brute force per pair, and per pair and coordinate; the k-d
+#: tree per examined point at 19 coordinates, and the power of p / 19 that it grows with.  Only
+#: their ratios matter.  Brute force is not considered where the model gives it more than
+#: BRUTE_MAX_SECONDS of one thread (an error of the model then costs at most that); the examined
+#: points are counted for EXAMINED_SAMPLE queries.
+BRUTE_NS_PER_PAIR, BRUTE_NS_PER_PAIR_DIM = 3.6, 0.02
+TREE_NS_PER_POINT, TREE_DIM_POWER = 52.0, 2.5
+BRUTE_MAX_SECONDS = 60.0
+EXAMINED_SAMPLE = 64
+#: NeighborCost's lists are finished by a compiled kernel (numba, where installed) from this many
+#: pairs on, or whenever numba is already imported; in row chunks of FINISH_CHUNK, in threads.
+#: USE_FINISH_KERNEL = False: always the numpy path (tests compare the two).
+FINISH_KERNEL_MIN_PAIRS = 2_000_000
+FINISH_CHUNK = 4096
+USE_FINISH_KERNEL = True
 #: ``dedupe="auto"`` searches the distinct points only when they are at most this share of the rows.
 DEDUPE_MAX_SHARE = 0.9
 #: faiss IVF: about ``IVF_POINTS_PER_CELL`` points per k-means cell, the ``IVF_NPROBE`` nearest cells searched.
@@ -440,6 +479,7 @@ class _AxesTree:
         k = int(min(max(m, 10), n))
         rows = np.sort(np.random.default_rng(_SEED).choice(n, size=min(n, DIMENSION_SAMPLE), replace=False))
         dist, _ = self.tree.query(self.rotated[rows], k=k)
+        self._sample = (m, rows, np.asarray(dist).reshape(len(rows), k)[:, min(m, k) - 1])
         inverse = []
         for d in np.asarray(dist).reshape(len(rows), k):
             d = d[d > 0]  # the point itself and its copies
@@ -448,6 +488,32 @@ class _AxesTree:
         if not inverse:
             return 0.0
         return float(1.0 / max(np.mean(inverse), 1e-12))
+
+    def examined(self, m: int) -> float:
+        """Points a query of the m nearest examines, estimated without timing anything (so the
+        choice it informs depends on the data only): over :data:`EXAMINED_SAMPLE` of the seeded
+        points of :meth:`intrinsic_dimension`, the mean number of points in the tree's leaves
+        whose bounding box meets the ball of the query's m-th nearest distance."""
+        if getattr(self, "_sample", (None,))[0] != m:
+            self.intrinsic_dimension(m)
+        _, rows, radius = self._sample
+        leaves, stack = [], [self.tree.tree]
+        while stack:  # leaf ranges of tree.indices (a few thousand nodes per 10^5 points)
+            node = stack.pop()
+            if node.split_dim == -1:
+                leaves.append(node.start_idx)
+            else:
+                stack += [node.lesser, node.greater]
+        starts = np.sort(np.asarray(leaves, dtype=np.intp))
+        points = self.rotated[self.tree.indices]
+        lo = np.minimum.reduceat(points, starts, axis=0)
+        hi = np.maximum.reduceat(points, starts, axis=0)
+        sizes = np.diff(np.append(starts, len(points)))
+        counts = []
+        for q, r in zip(self.rotated[rows[:EXAMINED_SAMPLE]], radius[:EXAMINED_SAMPLE]):
+            gap = np.maximum(0.0, np.maximum(lo - q, q - hi))
+            counts.append(int(sizes[np.einsum("ij,ij->i", gap, gap) <= r * r * (1 + 1e-9)].sum()))
+        return float(np.mean(counts)) if counts else float(len(points))
 
     def query(self, m: int, threads: int) -> np.ndarray:
         n = self.rotated.shape[0]
@@ -483,10 +549,45 @@ def _auto_neighbors(Z: np.ndarray, m: int, threads: int, *, approximate: bool = 
     if approximate and n > APPROX_MIN_N and dimension > APPROX_MIN_DIM and _has_faiss():
         del tree
         return _faiss_ivf_neighbors(Z, m, threads), "faiss-ivf"
-    if dimension <= KD_TREE_MAX_DIM:
+    if dimension <= KD_TREE_MAX_DIM and not _brute_force_cheaper(tree, n, Z.shape[1], m):
         return tree.query(m, threads), "exact"
     del tree
     return _brute_force_neighbors(Z, m, threads), "exact"
+
+
+def _brute_force_cheaper(tree: _AxesTree, n: int, p: int, m: int) -> bool:
+    """Whether brute force is expected to be faster than the k-d tree, by a model of both costs
+    on the data (no timing: the choice depends on the data only).  Brute force costs about
+    ``n^2 (BRUTE_NS_PER_PAIR + BRUTE_NS_PER_PAIR_DIM p)`` (the selection of the m nearest
+    dominates its BLAS product); the tree about ``n E t(p)`` for E points examined per query
+    (:meth:`_AxesTree.examined`), where the time per examined point ``t(p) = TREE_NS_PER_POINT
+    (p / 19)^TREE_DIM_POWER`` passes through the two measurements (42-52 ns at p = 19, 280-390 ns
+    at Adult's p = 38, where the data's spread over many axes also defeats the tree's pruning):
+    Adult (30053 distinct points, m = 100) took 7.1 s with the tree against 2.3 s by brute force
+    (``benchmarks/neighbor_choice.py``, docs/neighbors-benchmark.md)."""
+    brute = n * n * (BRUTE_NS_PER_PAIR + BRUTE_NS_PER_PAIR_DIM * p) * 1e-9
+    if brute > BRUTE_MAX_SECONDS:
+        return False
+    per_point = TREE_NS_PER_POINT * (p / 19.0) ** TREE_DIM_POWER
+    return brute < n * tree.examined(m) * per_point * 1e-9
+
+
+def _finish_kernel(pairs: int):
+    """The compiled list-finishing kernel (:mod:`budro._lists_numba`), or None for the numpy path:
+    used where numba is already imported (a fit's solver loads it during the set-up) or the lists
+    hold at least FINISH_KERNEL_MIN_PAIRS pairs (where the numpy path takes longer than numba's
+    start), and numba is installed."""
+    if not USE_FINISH_KERNEL:
+        return None
+    if "numba" not in sys.modules and pairs < FINISH_KERNEL_MIN_PAIRS:
+        return None
+    from budro.solvers import _sparse_kernels
+
+    if not _sparse_kernels.installed() or not _sparse_kernels.available():
+        return None
+    from budro._lists_numba import finish_rows
+
+    return finish_rows
 
 
 def _faiss_module():

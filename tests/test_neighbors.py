@@ -51,6 +51,7 @@ def test_exact_kd_tree_path_gives_the_exact_lists(monkeypatch, seed, n, p, m, co
     """The k-d tree on the principal axes (forced here by a brute-force limit of 0) lists the
     exact m nearest points, with or without deduplication, ties and duplicates included."""
     monkeypatch.setattr(transport, "EXACT_BRUTE_MAX_N", 0)  # the same for every example
+    monkeypatch.setattr(transport, "_brute_force_cheaper", lambda *a: False)  # the tree, whatever its cost
     rng = np.random.default_rng(seed)
     Z = _clustered(rng, n, p, n_distinct=max(1, n // 3) if copies else None)
     if integer:  # many exact ties
@@ -154,6 +155,7 @@ def test_auto_picks_by_size_and_dimension(monkeypatch):
     assert NeighborCost(low, 5).method == "exact" and used == ["brute"]  # 600 <= EXACT_BRUTE_MAX_N
     monkeypatch.setattr(transport, "EXACT_BRUTE_MAX_N", 100)
     monkeypatch.setattr(transport, "APPROX_MIN_N", 200)
+    monkeypatch.setattr(transport, "TREE_NS_PER_POINT", 1e-6)  # the cost model: the tree far cheaper
     used.clear()
     assert NeighborCost(low, 5).method == "exact" and used == []  # the k-d tree
     assert NeighborCost(high, 5).method == "faiss-ivf" and used[0] == "ivf"
@@ -164,6 +166,45 @@ def test_auto_picks_by_size_and_dimension(monkeypatch):
     used.clear()
     NeighborCost(high, 5, method="exact")
     assert used == ["brute"]  # too high a dimension for the k-d tree
+    monkeypatch.setattr(transport, "KD_TREE_MAX_DIM", 12.0)
+    monkeypatch.setattr(transport, "TREE_NS_PER_POINT", 1e6)  # the cost model: brute force cheaper
+    used.clear()
+    assert NeighborCost(low, 5).method == "exact" and used == ["brute"]
+    monkeypatch.setattr(transport, "BRUTE_MAX_SECONDS", 1e-9)  # ... but over its limit: the tree
+    used.clear()
+    assert NeighborCost(low, 5).method == "exact" and used == []
+
+
+def test_examined_points_are_at_least_the_neighbours_and_at_most_all():
+    """The cost model's count of points a tree query examines: every one of the m nearest lies in
+    a leaf whose box meets the ball, so at least m; never more than n; all n for a ball that
+    holds every point; the same count on every call (no timing, a seeded sample)."""
+    rng = np.random.default_rng(8)
+    Z = _clustered(rng, 3000, 8)
+    tree = transport._AxesTree(Z)
+    for m in (1, 16, 100):
+        examined = tree.examined(m)
+        assert m <= examined <= len(Z)
+        assert transport._AxesTree(Z).examined(m) == examined
+    assert transport._AxesTree(Z).examined(len(Z)) == len(Z)
+
+
+def test_exact_lists_whichever_search_the_cost_model_picks(monkeypatch):
+    """Brute force or the k-d tree, as the cost model decides: the same exact lists (costs equal;
+    the data have no ties)."""
+    rng = np.random.default_rng(9)
+    Z = _clustered(rng, 1500, 6)
+    monkeypatch.setattr(transport, "EXACT_BRUTE_MAX_N", 100)
+    found = {}
+    for scale, expected in ((1e6, "brute"), (1e-6, "tree")):
+        monkeypatch.setattr(transport, "TREE_NS_PER_POINT", scale)
+        tree = transport._AxesTree(Z)
+        assert transport._brute_force_cheaper(tree, len(Z), Z.shape[1], 20) == (expected == "brute")
+        cost = NeighborCost(Z, 20, method="exact")
+        _check_lists(cost)
+        found[expected] = cost
+    np.testing.assert_array_equal(found["brute"].neighbors, found["tree"].neighbors)
+    np.testing.assert_allclose(found["brute"].neighbor_costs, found["tree"].neighbor_costs, rtol=1e-12)
 
 
 @pytest.mark.parametrize("method", FAISS_METHODS + ["faiss"])
@@ -195,3 +236,29 @@ def test_threads_come_from_available_cores(monkeypatch):
     NeighborCost(Z, 3, method="exact", n_jobs=-1)
     NeighborCost(Z, 3, method="exact", n_jobs=2)
     assert seen == [1, 1, 2]
+
+
+@pytest.mark.skipif(not __import__("budro.solvers._sparse_kernels", fromlist=["x"]).installed(),
+                    reason="numba is not installed (pip install 'budro[fast]')")
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 150), p=st.integers(1, 5), m=st.integers(1, 12),
+       copies=st.booleans(), integer=st.booleans(), threads=st.sampled_from([1, 2]))
+def test_compiled_list_finish_equals_the_numpy_path(monkeypatch, seed, n, p, m, copies, integer, threads):
+    """The compiled kernel that finishes the lists (self first, then the others by exact cost,
+    ties in the search's order) gives the numpy path's lists, on one thread or several chunks in
+    threads, with copies and exact ties."""
+    rng = np.random.default_rng(seed)
+    Z = _clustered(rng, n, p, n_distinct=max(1, n // 3) if copies else None)
+    if integer:
+        Z = np.round(Z)
+    monkeypatch.setattr(transport, "FINISH_CHUNK", 7)  # several chunks
+    monkeypatch.setattr(transport, "FINISH_KERNEL_MIN_PAIRS", 0)
+    monkeypatch.setattr(transport, "USE_FINISH_KERNEL", True)
+    compiled = NeighborCost(Z, m, method="exact", n_jobs=threads)
+    assert transport._finish_kernel(1) is not None
+    monkeypatch.setattr(transport, "USE_FINISH_KERNEL", False)
+    plain = NeighborCost(Z, m, method="exact", n_jobs=threads)
+    _check_lists(compiled)
+    np.testing.assert_allclose(compiled.neighbor_costs, plain.neighbor_costs, rtol=1e-13, atol=0)
+    if integer:  # exact costs: the same order, ties included
+        np.testing.assert_array_equal(compiled.neighbors, plain.neighbors)

@@ -450,16 +450,16 @@ def test_prepare_preloads_in_the_background_and_changes_no_result(monkeypatch):
     real = _sparse_kernels.preload
     gate = threading.Event()
 
-    def slow_preload(threads):
-        calls.append(threads)
+    def slow_preload(threads, columns):
+        calls.append(_sparse_kernels.kernel_threads(threads, columns))
         gate.wait(5)
-        real(threads)
+        real(threads, columns)
 
     monkeypatch.setattr(_sparse_kernels, "preload", slow_preload)
     for bad in ("1000", -5, None, 2.5, True):
         with pytest.raises(ValidationError, match="prepare: n must be the number of points"):
             DualSolver().prepare(bad, sparse=True)
-    DualSolver().prepare(1000, sparse=False)
+    DualSolver().prepare(10**6, sparse=False)  # dense, too large for complete lists
     DualSolver(kernel="numpy").prepare(1000, sparse=True)
     assert calls == []
     solver = DualSolver()
@@ -489,7 +489,7 @@ def test_preload_loads_the_kernels_a_sparse_solve_uses():
     code = (
         "import numpy as np\n"
         "from budro.solvers import _sparse_kernels, _sparse_numba as k\n"
-        "_sparse_kernels.preload(2)\n"
+        "_sparse_kernels.preload(2, 25000)\n"
         "before = {name: len(getattr(k, name).signatures) for name in dir(k) if hasattr(getattr(k, name), 'signatures')}\n"
         "from budro.solvers.dual import DualSolver\n"
         "from budro.transport import NeighborCost, TransportProblem\n"

@@ -35,6 +35,13 @@ import numpy as np
 __all__ = ["available", "kernel_threads", "preload", "sparse_candidates", "prune", "select_breakpoint", "WarmBreakpoint", "group_top", "evaluate"]
 
 
+def installed() -> bool:
+    """Whether numba is installed, without importing it (a fraction of a millisecond)."""
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
+
+
 @functools.cache
 def available() -> bool:
     """Whether numba can be imported (checked once)."""
@@ -110,12 +117,16 @@ def kernel_threads(threads: int | None, columns: int | None) -> int:
 PRELOAD_N = 20_000
 
 
-def preload(threads: int) -> None:
-    """Load (or, on a first run, compile) the sparse path's kernels by two solves of a small
-    synthetic problem (:data:`PRELOAD_N` points, 4 neighbours each, a cold and a warm-started
-    round) through the solver's own code, with the candidate kernel on ``threads`` threads.
-    Failures are not raised here: the real solve meets them again and reports them."""
+def preload(threads: int | None, columns: int) -> None:
+    """Import numba and load (or, on a first run, compile) the sparse path's kernels by two
+    solves of a small synthetic problem (:data:`PRELOAD_N` points, 4 neighbours each, a cold and
+    a warm-started round) through the solver's own code, with the candidate kernel on the threads
+    that :func:`kernel_threads` gives ``threads`` for ``columns`` columns.  Failures are not
+    raised here: the real solve meets them again and reports them."""
     try:
+        if not available():  # imports numba: in the caller's background thread, not the fit's
+            return
+        threads = kernel_threads(threads, columns)
         from budro.solvers.dual import DualSolver
         from budro.transport import NeighborCost, TransportProblem
 

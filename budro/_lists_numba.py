@@ -1,0 +1,42 @@
+"""Compiled kernel (numba) that finishes a :class:`~budro.transport.NeighborCost`'s lists: per
+row, the point itself first at cost 0, then the first m - 1 other points the search found, by
+increasing exact squared distance (computed in float64 from the embedding; ties keep the
+search's order).  The numpy path in :meth:`NeighborCost._finish` does the same in row blocks of
+gathered (rows, m, p) differences, about 1.1 s at Adult's 36177 rows and m = 100; this one reads
+each pair's two rows once.  Imported only where numba is installed (``pip install budro[fast]``);
+``nogil``: row ranges run in Python threads."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def finish_rows(Z, idx, start, stop, neighbors, costs):  # pragma: no cover - compiled
+    k = idx.shape[1]
+    m = neighbors.shape[1]
+    p = Z.shape[1]
+    found = np.empty(max(m - 1, 1), dtype=np.int64)
+    cost = np.empty(max(m - 1, 1))
+    for j in range(start, stop):
+        count = 0
+        for t in range(k):
+            if count == m - 1:
+                break
+            i = idx[j, t]
+            if i == j:
+                continue
+            s = 0.0
+            for d in range(p):
+                diff = Z[i, d] - Z[j, d]
+                s += diff * diff
+            found[count] = i
+            cost[count] = s
+            count += 1
+        order = np.argsort(cost[:count], kind="mergesort")  # stable: ties keep the search's order
+        neighbors[j, 0] = j
+        costs[j, 0] = 0.0
+        for t in range(count):
+            neighbors[j, 1 + t] = found[order[t]]
+            costs[j, 1 + t] = cost[order[t]]
