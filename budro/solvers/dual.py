@@ -55,10 +55,6 @@ from budro.transport import DEFAULT_BLOCK_BYTES, TransportProblem, TransportResu
 
 __all__ = ["DualSolver"]
 
-#: :meth:`DualSolver.prepare` preloads the list kernels for dense problems of at most this many
-#: points (those that may be solved on complete lists, ``budro.solvers._dual_lists``).
-PRELOAD_DENSE_MAX_N = 20_000
-
 #: Ways of pruning a sparse cost's lists (see DualSolver's ``kernel``).
 _KERNELS = ("auto", "numba", "numpy")
 
@@ -211,15 +207,12 @@ class DualSolver(Solver):
         take about 0.3-0.5 s in a fresh process (the parallel kernel's threading layer most of
         it), which the first solve would otherwise wait for.  The thread solves a small synthetic
         problem of the same kind with the same kernels (its own solver; nothing of this one is
-        touched), and the first solve waits for it to end.  Dense problems of at most
-        :data:`PRELOAD_DENSE_MAX_N` points are preloaded too: where they have complete lists (German,
-        COMPAS) the same kernels solve them.  Nothing is started where the numpy kernel runs or for
-        larger dense and full problems."""
+        touched), and the first solve waits for it to end.  Nothing is started where the numpy
+        kernel runs or for dense and full problems (measured at German and COMPAS, whose set-up
+        is 0.02-0.09 s: the preload's synthetic solves made their first solve slower, 487 -> 621 ms)."""
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
             raise ValidationError(f"DualSolver.prepare: n must be the number of points (an integer >= 0), got {n!r}")
-        if self.kernel == "numpy" or not _sparse_kernels.installed():
-            return
-        if not sparse and n > PRELOAD_DENSE_MAX_N:  # the dense column blocks or the full path: other kernels
+        if not sparse or self.kernel == "numpy" or not _sparse_kernels.installed():
             return
         import threading
 
