@@ -510,9 +510,13 @@ class _AxesTree:
         hi = np.maximum.reduceat(points, starts, axis=0)
         sizes = np.diff(np.append(starts, len(points)))
         counts = []
+        below, above = np.empty_like(lo), np.empty_like(lo)  # reused: no fresh pages per query
         for q, r in zip(self.rotated[rows[:EXAMINED_SAMPLE]], radius[:EXAMINED_SAMPLE]):
-            gap = np.maximum(0.0, np.maximum(lo - q, q - hi))
-            counts.append(int(sizes[np.einsum("ij,ij->i", gap, gap) <= r * r * (1 + 1e-9)].sum()))
+            np.subtract(lo, q, out=below)
+            np.subtract(q, hi, out=above)
+            np.maximum(below, above, out=below)
+            np.maximum(below, 0.0, out=below)
+            counts.append(int(sizes[np.einsum("ij,ij->i", below, below) <= r * r * (1 + 1e-9)].sum()))
         return float(np.mean(counts)) if counts else float(len(points))
 
     def query(self, m: int, threads: int) -> np.ndarray:

@@ -15,7 +15,7 @@ from budro.exceptions import ValidationError
 from budro.solvers import _sparse_kernels
 from budro.solvers.dual import DualSolver
 from budro.solvers.lp import LPSolver
-from budro.transport import Cost, EmbeddingCost, NeighborCost, TransportProblem
+from budro.transport import Cost, EmbeddingCost, NeighborCost, TransportProblem, TransportResult
 
 #: The sparse path's two ways of pruning the lists; the compiled one where numba is installed.
 KERNELS = ["numpy", pytest.param("numba", marks=pytest.mark.skipif(
@@ -405,6 +405,40 @@ def test_property_renumbered_solve_is_the_same_problem(problem, kernel):
     assert renumbered.eta == pytest.approx(plain.eta, rel=1e-9, abs=1e-12)
     lp = LPSolver().solve(TransportProblem(problem.losses, problem.labels, InfDenseCost(problem.cost), problem.eps))
     assert abs(renumbered.objective - lp.objective) <= RTOL * max(1.0, abs(lp.objective))
+
+
+def test_renumbered_plan_is_numbered_back_when_read():
+    """A renumbered solve's plan is numbered back on first access only, then kept: the same plan
+    as numbered back at once (the inner plan mapped by the permutation), a TransportResult in
+    every other way (dataclasses.replace, pickling before and after the access)."""
+    import dataclasses
+    import pickle
+    from unittest import mock
+
+    from budro.solvers import _dual_sparse
+
+    rng = np.random.default_rng(12)
+    losses, labels, cost = make_sparse(rng, 400, 6, K=2, integer=True)
+    problem = TransportProblem(losses, labels, cost, 0.3 * float(cost.neighbor_costs.mean()))
+    with mock.patch.object(_dual_sparse, "LOCALITY_MIN_N", 1):
+        solver = DualSolver()
+        res = solver.solve(problem)
+    assert isinstance(res, TransportResult) and "_plan_source" in res.__dict__
+    inner, perm, inv, n = res.__dict__["_plan_source"]
+    expected = np.zeros((n, n))
+    coo = inner.tocoo()
+    expected[perm[coo.row], perm[coo.col]] = coo.data
+    copied = pickle.loads(pickle.dumps(res))  # before the access: carries the inner plan
+    plan = res.plan
+    assert "_plan_source" not in res.__dict__ and res.plan is plan  # built once
+    np.testing.assert_array_equal(plan.toarray(), expected)
+    check_plan(problem, res)
+    np.testing.assert_array_equal(copied.plan.toarray(), expected)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(res)).plan.toarray(), expected)
+    replaced = dataclasses.replace(res, converged=False)
+    assert not replaced.converged and replaced.plan is plan and replaced.objective == res.objective
+    replaced = dataclasses.replace(res, plan=None)
+    assert replaced.plan is None
 
 
 def test_renumbering_is_made_once_per_cost_and_keeps_the_warm_lists():
