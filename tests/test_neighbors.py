@@ -262,3 +262,36 @@ def test_compiled_list_finish_equals_the_numpy_path(monkeypatch, seed, n, p, m, 
     np.testing.assert_allclose(compiled.neighbor_costs, plain.neighbor_costs, rtol=1e-13, atol=0)
     if integer:  # exact costs: the same order, ties included
         np.testing.assert_array_equal(compiled.neighbors, plain.neighbors)
+
+
+def _expand_copies_loop(idx, inverse, counts, m):
+    """The reference: slot by slot, each listed distinct point followed by all its copies."""
+    n_distinct = len(counts)
+    members = np.argsort(inverse, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    out = np.empty((n_distinct, m), dtype=np.intp)
+    for r in range(n_distinct):
+        listed = [r] + [int(v) for v in idx[r] if v != r]
+        rows = [int(members[starts[v] + c]) for v in listed for c in range(counts[v])]
+        rows += [int(members[starts[r]])] * max(0, m - len(rows))
+        out[r] = rows[:m]
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_distinct=st.integers(1, 40), k=st.integers(1, 8), m=st.integers(1, 30),
+       self_listed=st.booleans())
+def test_copies_expanded_as_the_slot_by_slot_reference(seed, n_distinct, k, m, self_listed):
+    """Lists over distinct points expanded to rows (each listed point followed by all its copies in
+    row order, the point itself first, repeated when the lists run out) as the reference does."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 5, size=n_distinct)
+    inverse = rng.permutation(np.repeat(np.arange(n_distinct), counts))
+    k = min(k, n_distinct)
+    idx = np.array([rng.permutation(n_distinct)[:k] for _ in range(n_distinct)], dtype=np.intp)
+    if self_listed:  # the point itself somewhere in its list, as an exact search returns it
+        for r in range(n_distinct):
+            if r not in idx[r]:
+                idx[r, rng.integers(0, k)] = r
+    np.testing.assert_array_equal(transport._expand_copies(idx, inverse, counts, m),
+                                  _expand_copies_loop(idx, inverse, counts, m))
