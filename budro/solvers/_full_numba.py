@@ -86,12 +86,12 @@ def _finish(k, j, Z, sq, zero_rtol, L, mu, gid, krow, kc, kl, keep):
 
 
 @numba.njit(cache=True, nogil=True, fastmath=True)
-def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, flag, order, krow):
+def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order, krow):
     """The standard grid (4 points, members tested on the first 2 intervals): members' rows in
     krow and the excluded maxima per group in X[t]; returns (members, allowance used).  The
     allowance is ``delta`` or, where that makes more than ``kmax`` members, delta / 4, / 16, / 64.  Vectorised (fastmath:
     values may differ from the numpy path's in the last bit, which the certificate's rounding
-    room covers; membership is a choice, not a bound, and X is computed from the same flags)."""
+    room covers; membership is a choice, not a bound, and X is computed from the same membership tests)."""
     n = sqc.size
     sj = sqc[jp]
     e0 = E[0]
@@ -123,18 +123,18 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, flag, 
         n2 += x >= -d2
         n3 += x >= -d3
     d = delta if n0 <= kmax else (d1 if n1 <= kmax else (d2 if n2 <= kmax else d3))
-    for i in range(n):
-        flag[i] = sl[i] >= -d
-    flag[jp] = True
+    # a member: sl >= -d, and the own row always (no flag array: the test is repeated where
+    # it is needed, one pass over the rows less)
+    sl[jp] = 1.0
     k = 0
     for i in range(n):
-        if flag[i]:
+        if sl[i] >= -d:
             krow[k] = order[i]
             k += 1
     for g in range(seg.size - 1):
         m0 = m1 = m2 = m3 = NONE
         for i in range(seg[g], seg[g + 1]):
-            li = Lp[i] - (2e300 if flag[i] else 0.0)
+            li = Lp[i] - (2e300 if sl[i] >= -d else 0.0)
             c = cb[i]
             x = li - e0 * c
             m0 = x if x > m0 else m0
@@ -211,7 +211,6 @@ def scan(cols, jpos, D, sqc_p, kappa, sqc_max, Z, sq, zero_rtol, LTp, LT, labels
         keep = np.empty(n, dtype=np.int64)
         cb = np.empty(n)
         sl = np.empty(n)
-        flag = np.empty(n, dtype=np.bool_)
         v = np.empty(Q)
         thr = np.empty(Q)
         for t in range(t0, t1):
@@ -221,7 +220,7 @@ def scan(cols, jpos, D, sqc_p, kappa, sqc_max, Z, sq, zero_rtol, LTp, LT, labels
             err = kappa * (sqc_max + sqc_p[jp])
             d = delta
             if fast:
-                k, d = _members_fast(t, jp, D, sqc_p, err, LTp[lab], E, delta, kmax, seg, X, cb, sl, flag, order, krow)
+                k, d = _members_fast(t, jp, D, sqc_p, err, LTp[lab], E, delta, kmax, seg, X, cb, sl, order, krow)
             else:
                 k = _members(t, jp, D, sqc_p, err, LTp[lab], E, q_lo, q_hi, delta, gid_p, X, v, thr, order, krow)
             m = mu if mu < d else d
