@@ -424,11 +424,12 @@ def test_renumbered_plan_is_numbered_back_when_read():
         solver = DualSolver()
         res = solver.solve(problem)
     assert isinstance(res, TransportResult) and "_plan_source" in res.__dict__
-    inner, perm, inv, n = res.__dict__["_plan_source"]
+    _, (inner, perm, inv, n) = res.__dict__["_plan_source"]
+    assert "_plan_source" in inner.__dict__  # the inner plan is not built either
     expected = np.zeros((n, n))
-    coo = inner.tocoo()
+    coo = inner.plan.tocoo()
     expected[perm[coo.row], perm[coo.col]] = coo.data
-    copied = pickle.loads(pickle.dumps(res))  # before the access: carries the inner plan
+    copied = pickle.loads(pickle.dumps(res))  # before the access: carries the inner result
     plan = res.plan
     assert "_plan_source" not in res.__dict__ and res.plan is plan  # built once
     np.testing.assert_array_equal(plan.toarray(), expected)
@@ -439,6 +440,21 @@ def test_renumbered_plan_is_numbered_back_when_read():
     assert not replaced.converged and replaced.plan is plan and replaced.objective == res.objective
     replaced = dataclasses.replace(res, plan=None)
     assert replaced.plan is None
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+def test_compiled_plan_is_built_when_read_and_equals_the_numpy_kernels():
+    """The compiled recovery's plan is built on first read only, and is the plan the numpy kernel
+    builds at once, to the last bit."""
+    rng = np.random.default_rng(13)
+    losses, labels, cost = make_sparse(rng, 300, 7, K=2, integer=False)
+    problem = TransportProblem(losses, labels, cost, 0.2 * float(cost.neighbor_costs.mean()))
+    res = DualSolver(kernel="numba").solve(problem)
+    ref = DualSolver(kernel="numpy").solve(problem)
+    assert "_plan_source" in res.__dict__ and "_plan_source" not in ref.__dict__
+    np.testing.assert_array_equal(res.plan.toarray(), ref.plan.toarray())
+    assert "_plan_source" not in res.__dict__
+    np.testing.assert_array_equal(res.weights, ref.weights)
 
 
 def test_renumbering_is_made_once_per_cost_and_keeps_the_warm_lists():

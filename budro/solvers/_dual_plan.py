@@ -319,9 +319,43 @@ def result_from_switch(problem: TransportProblem, cheap: tuple[np.ndarray, np.nd
         cheap[0], dear[0], cheap[1], dear[1], deficit, switch, problem.labels, problem.losses)
     objective = float(np.sum(vals * entry_losses))
     transport_cost = float(np.sum(vals * entry_costs))
-    result = TransportResult(weights=weights, objective=objective, transport_cost=transport_cost,
-                             plan=plan_csc(rows, cols, vals, n, recovery=True), **kwargs)
+    # the plan as a sparse array only when read (a fit reads the weights): its entries are the
+    # kernel's fresh arrays, never written again
+    result = lazy_plan_result(_recovery_plan, (rows, cols, vals, n), weights=weights, objective=objective,
+                              transport_cost=transport_cost, **kwargs)
     return result, split, n_switched
+
+
+class LazyPlanResult(TransportResult):
+    """A :class:`~budro.transport.TransportResult` whose ``plan`` is built on first access (by a
+    module-level function of arrays the result owns), then kept.  Otherwise the same type: every
+    field, ``dataclasses.replace`` (which reads the plan), pickling (before the access it carries
+    the function and its arrays)."""
+
+    @property
+    def plan(self):
+        source = self.__dict__.get("_plan_source")
+        if source is not None:
+            build, args = source
+            self.__dict__["_plan"] = build(*args)
+            del self.__dict__["_plan_source"]
+        return self.__dict__.get("_plan")
+
+    @plan.setter
+    def plan(self, value):  # the dataclass's __init__ (and replace) set the field through this
+        self.__dict__.pop("_plan_source", None)
+        self.__dict__["_plan"] = value
+
+
+def lazy_plan_result(build, args: tuple, **fields) -> LazyPlanResult:
+    """A result whose plan is ``build(*args)``, computed when first read."""
+    result = LazyPlanResult(plan=None, **fields)
+    result.__dict__["_plan_source"] = (build, args)
+    return result
+
+
+def _recovery_plan(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int) -> sp.csc_array:
+    return plan_csc(rows, cols, vals, n, recovery=True)
 
 
 def _result_from_entries(

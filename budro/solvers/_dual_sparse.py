@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from budro.solvers import _sparse_kernels
-from budro.solvers._dual_plan import _Candidates, _upper_hulls, tie_margin
+from budro.solvers._dual_plan import _Candidates, _upper_hulls, lazy_plan_result, tie_margin
 from budro.transport import TransportProblem, TransportResult
 
 
@@ -182,32 +182,14 @@ def solve_renumbered(solver, problem: TransportProblem, order: "_Locality", eta0
     info["renumbered"] = True
     fields = dict(weights=weights, objective=r.objective, transport_cost=r.transport_cost, eta=r.eta,
                   dual_objective=r.dual_objective, n_iter=r.n_iter, converged=r.converged, solver=r.solver, info=info)
-    if r.plan is None:
-        return TransportResult(plan=None, **fields)
-    # The plan numbered back only when it is read: a fit reads the weights (at n = 10^6, m = 16
-    # the renumbering took 40-50 of a round's 255 ms)
-    result = _RenumberedPlanResult(plan=None, **fields)
-    object.__setattr__(result, "_plan_source", (r.plan, perm, order.inv, n))
-    return result
+    # the plan numbered back only when read (a fit reads the weights: at n = 10^6, m = 16 the
+    # renumbering was a sixth of a round), from the inner result's (itself built when read)
+    return lazy_plan_result(_inner_plan_numbered_back, (r, perm, order.inv, n), **fields)
 
 
-class _RenumberedPlanResult(TransportResult):
-    """A :class:`~budro.transport.TransportResult` whose ``plan`` (a solve on renumbered points)
-    is numbered back on first access, then kept.  Otherwise the same type: every field, ``dataclasses.replace``,
-    pickling."""
-
-    @property
-    def plan(self):
-        source = self.__dict__.get("_plan_source")
-        if source is not None:
-            self.__dict__["_plan"] = _plan_numbered_back(*source)
-            del self.__dict__["_plan_source"]
-        return self.__dict__.get("_plan")
-
-    @plan.setter
-    def plan(self, value):
-        self.__dict__.pop("_plan_source", None)
-        self.__dict__["_plan"] = value
+def _inner_plan_numbered_back(inner: TransportResult, perm: np.ndarray, inv: np.ndarray, n: int):
+    plan = inner.plan
+    return None if plan is None else _plan_numbered_back(plan, perm, inv, n)
 
 
 def _plan_numbered_back(plan, perm: np.ndarray, inv: np.ndarray, n: int):
