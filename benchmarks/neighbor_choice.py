@@ -8,7 +8,9 @@ chooses between the k-d tree on the principal axes and scikit-learn's brute forc
 of both (``budro.transport._brute_force_cheaper``: no timing, so the choice depends on the data
 only).  This script times both searches side by side on each case (the distinct points, as a fit
 searches them) and prints what the model estimated and chose, so that its constants can be checked
-on a machine: the choice is right when it picks the faster search, or one within 15 % of it.
+on a machine: the choice is right when it picks the faster search, or one within 15 % of it.  On
+Adult it also times the whole ``NeighborCost`` with the compiled list-finishing kernel and with
+the numpy path.
 
 Cases: Adult's fair embedding (experiments/adult.toml's metric on its first training split: 36177
 rows, 30053 distinct, 38 coordinates) at m = 16, 32, 100, and benchmarks/training.py's synthetic
@@ -85,6 +87,31 @@ def run(name: str, Z: np.ndarray, m: int, threads: int, brute_max: float) -> dic
     return row
 
 
+def finish_times(Z: np.ndarray, m: int, repeats: int = 2) -> dict | None:
+    """``NeighborCost(Z, m)`` built with the compiled list-finishing kernel and with the numpy
+    path, alternating (the same search; the difference is the finishing), and whether the lists
+    are identical.  None where numba is not installed."""
+    from budro import transport
+    from budro.solvers import _sparse_kernels
+
+    if not _sparse_kernels.installed():
+        return None
+    times = {True: [], False: []}
+    lists = {}
+    for _ in range(repeats):
+        for use in (True, False):
+            transport.USE_FINISH_KERNEL = use
+            try:
+                t0 = time.perf_counter()
+                cost = transport.NeighborCost(Z, m)
+                times[use].append(time.perf_counter() - t0)
+            finally:
+                transport.USE_FINISH_KERNEL = True
+            lists[use] = (cost.neighbors, cost.neighbor_costs)
+    same = all(np.array_equal(a, b) for a, b in zip(lists[True], lists[False]))
+    return {"m": m, "kernel": times[True], "numpy": times[False], "same": same}
+
+
 def _verdict(r: dict) -> str:
     if r["brute_s"] is None:
         return "tree (brute force not timed)" if r["chosen"] == "tree" else "not timed"
@@ -108,8 +135,10 @@ def main(argv=None) -> int:
     rows = []
     with limit_threads(threads):
         Z = _adult_embedding()
+        finish = None
         if Z is not None:
             rows += [run("Adult", Z, m, threads, args.brute_max) for m in (16, 32, 100)]
+            finish = finish_times(Z, 100)
         for n, factors, m in ((30_000, 5, 100), (30_000, 8, 100), (50_000, 8, 32), (100_000, 5, 16)):
             rows.append(run(f"synthetic, {factors} factors", _synthetic(n, factors), m, threads, args.brute_max))
     lines = [
@@ -132,6 +161,11 @@ def main(argv=None) -> int:
         lines.append(f"| {r['case']} | {r['n']} | {r['p']} | {r['m']} | {r['dimension']:.1f} | {r['examined']:.0f} | "
                      f"{r['model_s']:.2f} | {r['tree_est']:.1f} | {r['brute_est']:.1f} | {r['chosen']} | "
                      f"{r['tree_s']:.2f} | {brute} | {_verdict(r)} |")
+    if finish is not None:
+        lines += ["", f"Finishing the lists (Adult, all 36177 rows, m = {finish['m']}, `NeighborCost(Z, m)` whole, "
+                  f"alternating): with the compiled kernel {', '.join(f'{t:.2f}' for t in finish['kernel'])} s, with "
+                  f"the numpy path {', '.join(f'{t:.2f}' for t in finish['numpy'])} s; lists and costs identical: "
+                  f"{'yes' if finish['same'] else 'NO'}."]
     text = "\n".join(lines)
     print(text)
     if args.output:

@@ -1,9 +1,10 @@
 """Compiled kernel (numba) that finishes a :class:`~budro.transport.NeighborCost`'s lists: per
 row, the point itself first at cost 0, then the first m - 1 other points the search found, by
 increasing exact squared distance (computed in float64 from the embedding; ties keep the
-search's order).  The numpy path in :meth:`NeighborCost._finish` does the same in row blocks of
-gathered (rows, m, p) differences, about 1.1 s at Adult's 36177 rows and m = 100; this one reads
-each pair's two rows once.  Imported only where numba is installed (``pip install budro[fast]``);
+search's order).  The numpy path in :meth:`NeighborCost._finish` does the same in row blocks, a
+gather per coordinate, with the same arithmetic in the same order (bit-identical results); this one
+reads each pair's two rows once: at Adult's 36177 rows and m = 100 the whole ``NeighborCost`` takes
+about 0.6 s less (``benchmarks/neighbor_choice.py``).  Imported only where numba is installed (``pip install budro[fast]``);
 ``nogil``: row ranges run in Python threads."""
 
 from __future__ import annotations
