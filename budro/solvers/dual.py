@@ -208,8 +208,9 @@ class DualSolver(Solver):
         it), which the first solve would otherwise wait for.  The thread solves a small synthetic
         problem of the same kind with the same kernels (its own solver; nothing of this one is
         touched), and the first solve waits for it to end.  Nothing is started where the numpy
-        kernel runs or for dense and full problems (measured at German and COMPAS, whose set-up
-        is 0.02-0.09 s: the preload's synthetic solves made their first solve slower, 487 -> 621 ms)."""
+        kernel runs or for dense and full problems (tried at German and COMPAS, whose set-up is
+        0.02-0.09 s, too short to hide it: German's first solve took 621 ms with the preload,
+        525 ms without, in two benchmarks/training.py runs a few minutes apart)."""
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
             raise ValidationError(f"DualSolver.prepare: n must be the number of points (an integer >= 0), got {n!r}")
         if not sparse or self.kernel == "numpy" or not _sparse_kernels.installed():
