@@ -70,8 +70,8 @@ def run(name: str, Z: np.ndarray, m: int, threads: int, brute_max: float) -> dic
     dimension = tree.intrinsic_dimension(m)
     examined = tree.examined(m)
     model_s = time.perf_counter() - t0
-    brute_est = n * n * (transport.BRUTE_NS_PER_PAIR + transport.BRUTE_NS_PER_PAIR_DIM * p) * 1e-9
-    tree_est = n * examined * transport.TREE_NS_PER_POINT * (p / 19.0) ** transport.TREE_DIM_POWER * 1e-9
+    brute_est = transport._brute_force_seconds(n, p)
+    tree_est = transport._tree_seconds(tree, n, p, m)
     chosen = "brute" if transport._brute_force_cheaper(tree, n, p, m) else "tree"
     t0 = time.perf_counter()
     tree.query(m, threads)

@@ -318,10 +318,10 @@ class NeighborCost(Cost):
 
     def _finish(self, idx: np.ndarray, threads: int = 1) -> None:
         n, m = self.n, self.m
+        self.neighbors = np.empty((n, m), dtype=np.intp)
+        self.neighbor_costs = np.empty((n, m))
         kernel = _finish_kernel(n * m)
         if kernel is not None:
-            self.neighbors = np.empty((n, m), dtype=np.intp)
-            self.neighbor_costs = np.empty((n, m))
             idx = np.ascontiguousarray(idx, dtype=np.intp)
             chunks = [(start, min(n, start + FINISH_CHUNK)) for start in range(0, n, FINISH_CHUNK)]
             run = lambda span: kernel(self.Z, idx, span[0], span[1], self.neighbors, self.neighbor_costs)  # noqa: E731
@@ -337,10 +337,7 @@ class NeighborCost(Cost):
         # Each list starts with the point itself (ties among duplicates may have pushed it out),
         # followed by the first m - 1 other neighbours, by increasing exact cost.  Exact squared
         # distances of the listed pairs; in row blocks, written into the final arrays (whole
-        # (n, m) temporaries would take several times the lists' memory, and an (n, m, p)
-        # difference array 2.3 GB at n = 10^6, m = 16, p = 19).
-        self.neighbors = np.empty((n, m), dtype=np.intp)
-        self.neighbor_costs = np.empty((n, m))
+        # (n, m) temporaries would take several times the lists' memory).
         self.neighbors[:, 0] = np.arange(n)
         self.neighbor_costs[:, 0] = 0.0
         columns = np.ascontiguousarray(self.Z.T)  # each coordinate contiguous, gathered per block
@@ -561,19 +558,28 @@ def _auto_neighbors(Z: np.ndarray, m: int, threads: int, *, approximate: bool = 
 
 def _brute_force_cheaper(tree: _AxesTree, n: int, p: int, m: int) -> bool:
     """Whether brute force is expected to be faster than the k-d tree, by a model of both costs
-    on the data (no timing: the choice depends on the data only).  Brute force costs about
-    ``n^2 (BRUTE_NS_PER_PAIR + BRUTE_NS_PER_PAIR_DIM p)`` (the selection of the m nearest
-    dominates its BLAS product); the tree about ``n E t(p)`` for E points examined per query
-    (:meth:`_AxesTree.examined`), where the time per examined point ``t(p) = TREE_NS_PER_POINT
-    (p / 19)^TREE_DIM_POWER`` passes through the two measurements (42-52 ns at p = 19, 280-390 ns
-    at Adult's p = 38, where the data's spread over many axes also defeats the tree's pruning):
-    Adult (30053 distinct points, m = 100) took 7.1 s with the tree against 2.3 s by brute force
-    (``benchmarks/neighbor_choice.py``, docs/neighbors-benchmark.md)."""
-    brute = n * n * (BRUTE_NS_PER_PAIR + BRUTE_NS_PER_PAIR_DIM * p) * 1e-9
+    on the data (no timing: the choice depends on the data only; :func:`_brute_force_seconds`,
+    :func:`_tree_seconds`).  Adult (30053 distinct points, m = 100) took 7.1 s with the tree
+    against 2.3 s by brute force (``benchmarks/neighbor_choice.py``, docs/neighbors-benchmark.md)."""
+    brute = _brute_force_seconds(n, p)
     if brute > BRUTE_MAX_SECONDS:
         return False
-    per_point = TREE_NS_PER_POINT * (p / 19.0) ** TREE_DIM_POWER
-    return brute < n * tree.examined(m) * per_point * 1e-9
+    return brute < _tree_seconds(tree, n, p, m)
+
+
+def _brute_force_seconds(n: int, p: int) -> float:
+    """The model's one-thread seconds of brute force: ``n^2 (BRUTE_NS_PER_PAIR +
+    BRUTE_NS_PER_PAIR_DIM p)`` (the selection of the m nearest dominates its BLAS product)."""
+    return n * n * (BRUTE_NS_PER_PAIR + BRUTE_NS_PER_PAIR_DIM * p) * 1e-9
+
+
+def _tree_seconds(tree: _AxesTree, n: int, p: int, m: int) -> float:
+    """The model's one-thread seconds of the k-d tree: ``n E t(p)`` for E points examined per
+    query (:meth:`_AxesTree.examined`), where the time per examined point ``t(p) =
+    TREE_NS_PER_POINT (p / 19)^TREE_DIM_POWER`` passes through the two measurements (42-52 ns at
+    p = 19, 280-390 ns at Adult's p = 38, where the data's spread over many axes also defeats the
+    tree's pruning)."""
+    return n * tree.examined(m) * TREE_NS_PER_POINT * (p / 19.0) ** TREE_DIM_POWER * 1e-9
 
 
 def _finish_kernel(pairs: int):
@@ -587,7 +593,7 @@ def _finish_kernel(pairs: int):
         return None
     from budro.solvers import _sparse_kernels
 
-    if not _sparse_kernels.installed() or not _sparse_kernels.available():
+    if not _sparse_kernels.available():  # numba importable (checked once)
         return None
     from budro._lists_numba import finish_rows
 
