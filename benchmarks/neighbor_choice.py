@@ -4,7 +4,8 @@
     BUDRO_DATA_HOME=../shared/data python benchmarks/neighbor_choice.py --output docs/neighbors-benchmark.md
 
 ``NeighborCost(Z, m)`` (methods ``"exact"`` and ``"auto"``) above ``EXACT_BRUTE_MAX_N`` points
-chooses between the k-d tree on the principal axes and scikit-learn's brute force by a cost model
+chooses between the k-d tree on the principal axes and brute force (the compiled search of
+``budro._knn_numba`` where numba is installed, else scikit-learn's) by a cost model
 of both (``budro.transport._brute_force_cheaper``: no timing, so the choice depends on the data
 only).  This script times both searches side by side on each case (the distinct points, as a fit
 searches them) and prints what the model estimated and chose, so that its constants can be checked
@@ -76,13 +77,22 @@ def run(name: str, Z: np.ndarray, m: int, threads: int, brute_max: float) -> dic
     t0 = time.perf_counter()
     tree.query(m, threads)
     tree_s = time.perf_counter() - t0
-    brute_s = None
+    brute_s = sklearn_s = None
     if brute_est <= brute_max:
         t0 = time.perf_counter()
         transport._brute_force_neighbors(Z, m, threads)
         brute_s = time.perf_counter() - t0
+        if transport._knn_kernel(n) is not None:  # scikit-learn's brute force beside it
+            transport.USE_KNN_KERNEL = False
+            try:
+                t0 = time.perf_counter()
+                transport._brute_force_neighbors(Z, m, threads)
+                sklearn_s = time.perf_counter() - t0
+            finally:
+                transport.USE_KNN_KERNEL = True
     row = {"case": name, "n": n, "p": p, "m": m, "dimension": dimension, "examined": examined, "model_s": model_s,
-           "tree_est": tree_est, "brute_est": brute_est, "chosen": chosen, "tree_s": tree_s, "brute_s": brute_s}
+           "tree_est": tree_est, "brute_est": brute_est, "chosen": chosen, "tree_s": tree_s, "brute_s": brute_s,
+           "sklearn_s": sklearn_s}
     print(row, flush=True)
     return row
 
@@ -153,14 +163,19 @@ def main(argv=None) -> int:
         "in one-thread seconds, times measured on the threads above; right: the chosen search is the faster one "
         "or within 15 % of it.",
         "",
-        "| case | n | p | m | dimension | examined | model s | tree est s | brute est s | chosen | tree s | brute s | choice |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
+        "brute s: the brute force `exact` uses (the compiled search where numba is installed and n^2 >= "
+        "KNN_KERNEL_MIN_PAIRS, else scikit-learn's); sklearn s: scikit-learn's brute force on the same points "
+        "right after it, for comparison (not an option the choice considers).",
+        "",
+        "| case | n | p | m | dimension | examined | model s | tree est s | brute est s | chosen | tree s | brute s | sklearn s | choice |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|",
     ]
     for r in rows:
         brute = "-" if r["brute_s"] is None else f"{r['brute_s']:.2f}"
+        sk = "-" if r.get("sklearn_s") is None else f"{r['sklearn_s']:.2f}"
         lines.append(f"| {r['case']} | {r['n']} | {r['p']} | {r['m']} | {r['dimension']:.1f} | {r['examined']:.0f} | "
                      f"{r['model_s']:.2f} | {r['tree_est']:.1f} | {r['brute_est']:.1f} | {r['chosen']} | "
-                     f"{r['tree_s']:.2f} | {brute} | {_verdict(r)} |")
+                     f"{r['tree_s']:.2f} | {brute} | {sk} | {_verdict(r)} |")
     if finish is not None:
         lines += ["", f"Finishing the lists (Adult, all 36177 rows, m = {finish['m']}, `NeighborCost(Z, m)` whole, "
                   f"alternating): with the compiled kernel {', '.join(f'{t:.2f}' for t in finish['kernel'])} s, with "

@@ -225,7 +225,8 @@ class NeighborCost(Cost):
 
     What is exact and what is not: the transport solve on a NeighborCost is exact for the lists it
     is given.  With an exact search (``method="exact"``, ``"sklearn"``) the lists are the m nearest
-    points (ties between equally distant points broken by the library).  With an approximate
+    points (ties between equally distant points broken by the library; by row order in budro's
+    compiled brute force).  With an approximate
     search (``"faiss-ivf"``, ``"faiss-hnsw"``) a list may miss a few of the true m nearest points
     and hold the next ones instead: that changes the restricted problem (the adversary may move a
     point to slightly different places), not the exactness of its solution.  How much it changes
@@ -240,7 +241,10 @@ class NeighborCost(Cost):
     m : int
         List length, the point itself included (at most n).
     method : str, default "auto"
-        ``"exact"``: scikit-learn's brute force up to :data:`EXACT_BRUTE_MAX_N` points; above,
+        ``"exact"``: brute force up to :data:`EXACT_BRUTE_MAX_N` points (scikit-learn's; from
+        :data:`KNN_KERNEL_MIN_PAIRS` compared pairs on, budro's compiled search where numba is
+        installed: float32 products of the centred points, the candidates their rounding could
+        hide kept by a certified bound, exact float64 costs, so the same m nearest); above,
         scipy's k-d tree (``cKDTree``) on the principal axes of ``Z`` (an exact rotation: the
         tree's cells follow the directions the data spread along), queried in the tree's order,
         unless the data's dimension at the neighbours' scale (Levina and Bickel's estimate on
@@ -436,6 +440,17 @@ EXAMINED_SAMPLE = 64
 FINISH_KERNEL_MIN_PAIRS = 2_000_000
 FINISH_CHUNK = 4096
 USE_FINISH_KERNEL = True
+#: Brute force runs the compiled search (:mod:`budro._knn_numba`, numba where installed) from this
+#: many compared pairs (n^2) on; its float32 dot products come in row blocks of about
+#: KNN_BLOCK_BYTES.  USE_KNN_KERNEL = False: always scikit-learn's.
+KNN_KERNEL_MIN_PAIRS = 200_000_000
+#: The cost model's one-thread nanoseconds of the compiled search per pair, and per pair and
+#: coordinate (measured as BRUTE_NS_PER_PAIR, ``benchmarks/neighbor_choice.py``: 2.2-2.3 s at
+#: 30000 x 19 and m = 100, 2.9-3.0 s at Adult's 30053 x 38, one thread; 2.2 s on two threads at
+#: 50000 x 19 and m = 32).
+KNN_NS_PER_PAIR, KNN_NS_PER_PAIR_DIM = 1.2, 0.05
+KNN_BLOCK_BYTES = 16 << 20
+USE_KNN_KERNEL = True
 #: ``dedupe="auto"`` searches the distinct points only when they are at most this share of the rows.
 DEDUPE_MAX_SHARE = 0.9
 #: faiss IVF: about ``IVF_POINTS_PER_CELL`` points per k-means cell, the ``IVF_NPROBE`` nearest cells searched.
@@ -528,10 +543,87 @@ class _AxesTree:
 
 
 def _brute_force_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
+    """Exact m nearest neighbours by brute force: the compiled search (:mod:`budro._knn_numba`)
+    where :func:`_knn_kernel` gives it, else scikit-learn's."""
+    kernel = _knn_kernel(Z.shape[0])
+    if kernel is not None:
+        return _compiled_brute_force(kernel, Z, m, threads)
     from sklearn.neighbors import NearestNeighbors
 
     nn = NearestNeighbors(n_neighbors=m, algorithm="brute", n_jobs=threads).fit(Z)
     return nn.kneighbors(Z, return_distance=False)
+
+
+def _sparse_kernels_available() -> bool:
+    """Whether numba can be imported (:func:`budro.solvers._sparse_kernels.available`)."""
+    from budro.solvers import _sparse_kernels
+
+    return _sparse_kernels.available()
+
+
+def _knn_kernel(n: int):
+    """The compiled brute-force search (:func:`budro._knn_numba.select_rows`), or None for
+    scikit-learn's: used where numba is installed and the search compares at least
+    KNN_KERNEL_MIN_PAIRS pairs (where scikit-learn's takes longer than numba's start).  Not
+    whenever numba happens to be imported already: the two break ties at the m-th cost
+    differently, and a fit imports numba in a background thread, so the lists would depend on
+    its timing."""
+    if not USE_KNN_KERNEL or n * n < KNN_KERNEL_MIN_PAIRS:
+        return None
+    if not _sparse_kernels_available():
+        return None
+    from budro._knn_numba import select_rows
+
+    return select_rows
+
+
+def distance_error_factor(p: int, sq_max: float, sqc_max: float, unit: float) -> float:
+    """``kappa`` such that ``kappa (|zc_i|^2 + |zc_j|^2)`` bounds how far ``|zc_i|^2 + |zc_j|^2 -
+    2 <zc_i, zc_j>``, computed from the centred points ``zc`` rounded to a type of rounding unit
+    ``unit`` (a dot of p terms), lies from the float64 cost of the given points (and its
+    zero-snapping by ZERO_RTOL): a generous multiple of the rounding unit, with the centred and
+    uncentred squared norms' largest values ``sqc_max`` and ``sq_max``.  0 when every centred
+    point is exactly 0 (all points equal: every cost is exactly 0)."""
+    if sqc_max <= 0.0:
+        return 0.0
+    ratio = 2.0 * (1.0 + sq_max / sqc_max)
+    return (2 * p + 8) * unit + ((4 * p + 16) * 2.0**-53 + 2.0 * ZERO_RTOL) * ratio
+
+
+def _compiled_brute_force(select_rows, Z: np.ndarray, m: int, threads: int) -> np.ndarray:
+    """Exact m nearest neighbours (ties at the m-th cost by row order): float32 dot products of the
+    centred points in row blocks (single-threaded GEMMs, one block per task on ``threads`` Python
+    threads: BLAS's own pool would spin beside the compiled selection), candidates by a
+    certified bound on their rounding, exact float64 costs of the candidates
+    (:mod:`budro._knn_numba`)."""
+    from threadpoolctl import threadpool_limits
+
+    Z = np.ascontiguousarray(Z, dtype=np.float64)
+    n, p = Z.shape
+    Zc = Z - Z.mean(axis=0)
+    Zf = np.ascontiguousarray(Zc, dtype=np.float32)
+    sqc = np.einsum("ij,ij->i", Zc, Zc)
+    sqc_max = float(sqc.max()) if n else 0.0
+    kappa = distance_error_factor(p, float(np.einsum("ij,ij->i", Z, Z).max()) if n else 0.0, sqc_max, 2.0**-24)
+    out = np.empty((n, m), dtype=np.intp)
+    rows = int(max(16, min(n, KNN_BLOCK_BYTES // max(4 * n, 1))))
+    spans = [(s, min(n, s + rows)) for s in range(0, n, rows)]
+
+    def run(span):
+        s0, s1 = span
+        D = np.matmul(Zf[s0:s1], Zf.T)
+        select_rows(D, 0, s1 - s0, s0, Z, sqc, kappa, sqc_max, out)
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        if threads > 1 and len(spans) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(threads, len(spans))) as pool:
+                list(pool.map(run, spans))
+        else:
+            for span in spans:
+                run(span)
+    return out
 
 
 def _exact_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
@@ -569,7 +661,11 @@ def _brute_force_cheaper(tree: _AxesTree, n: int, p: int, m: int) -> bool:
 
 def _brute_force_seconds(n: int, p: int) -> float:
     """The model's one-thread seconds of brute force: ``n^2 (BRUTE_NS_PER_PAIR +
-    BRUTE_NS_PER_PAIR_DIM p)`` (the selection of the m nearest dominates its BLAS product)."""
+    BRUTE_NS_PER_PAIR_DIM p)`` for scikit-learn's (the selection of the m nearest dominates its
+    BLAS product), with KNN_NS_PER_PAIR and KNN_NS_PER_PAIR_DIM for the compiled search where
+    :func:`_knn_kernel` gives it (float32 products: the part that grows with p)."""
+    if _knn_kernel(n) is not None:
+        return n * n * (KNN_NS_PER_PAIR + KNN_NS_PER_PAIR_DIM * p) * 1e-9
     return n * n * (BRUTE_NS_PER_PAIR + BRUTE_NS_PER_PAIR_DIM * p) * 1e-9
 
 

@@ -295,3 +295,77 @@ def test_copies_expanded_as_the_slot_by_slot_reference(seed, n_distinct, k, m, s
                 idx[r, rng.integers(0, k)] = r
     np.testing.assert_array_equal(transport._expand_copies(idx, inverse, counts, m),
                                   _expand_copies_loop(idx, inverse, counts, m))
+
+
+def _reference_lists(Z: np.ndarray, m: int) -> np.ndarray:
+    """The m nearest points by the float64 cost the lists use (coordinates summed in order), ties
+    by row order."""
+    n = Z.shape[0]
+    costs = np.zeros((n, n))
+    for k in range(Z.shape[1]):
+        d = Z[None, :, k] - Z[:, None, k]
+        costs += d * d
+    return np.argsort(costs, axis=1, kind="stable")[:, :m]
+
+
+@pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 150), p=st.integers(1, 8), m=st.integers(1, 20),
+       copies=st.booleans(), integer=st.booleans(), offset=st.sampled_from([0.0, 1e3, 1e6]),
+       threads=st.sampled_from([1, 2]), block=st.sampled_from([64, 1 << 20]))
+def test_compiled_brute_force_gives_the_exact_lists(monkeypatch, seed, n, p, m, copies, integer, offset, threads,
+                                                     block):
+    """The compiled search (float32 products, certified candidates, exact float64 costs) lists
+    exactly the m nearest points by the lists' own cost, ties by row order: with duplicates,
+    integer coordinates (many exact ties), points far from the origin (float32's rounding of
+    uncentred coordinates would lose their differences) and any blocking of the rows."""
+    from budro._knn_numba import select_rows
+
+    monkeypatch.setattr(transport, "KNN_BLOCK_BYTES", block)
+    rng = np.random.default_rng(seed)
+    Z = _clustered(rng, n, p, n_distinct=max(1, n // 3) if copies else None)
+    if integer:
+        Z = np.round(3 * Z)
+    Z = Z + offset
+    m = min(m, n)
+    got = transport._compiled_brute_force(select_rows, Z, m, threads)
+    np.testing.assert_array_equal(got, _reference_lists(Z, m))
+
+
+@pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
+def test_neighbor_cost_uses_the_compiled_brute_force_and_matches_sklearn_costs(monkeypatch):
+    """Above the pair threshold (here 0) NeighborCost's brute force is the compiled search; its
+    lists' costs are those of scikit-learn's search (the same m nearest, up to ties)."""
+    rng = np.random.default_rng(5)
+    Z = _clustered(rng, 400, 6)
+    monkeypatch.setattr(transport, "KNN_KERNEL_MIN_PAIRS", 0)
+    used = []
+    real = transport._compiled_brute_force
+    monkeypatch.setattr(transport, "_compiled_brute_force", lambda *a: used.append(1) or real(*a))
+    compiled = NeighborCost(Z, 9, method="exact")
+    assert used
+    monkeypatch.setattr(transport, "USE_KNN_KERNEL", False)
+    plain = NeighborCost(Z, 9, method="exact")
+    assert len(used) == 1
+    _check_lists(compiled)
+    np.testing.assert_allclose(compiled.neighbor_costs, plain.neighbor_costs, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), integer=st.booleans(), m=st.integers(1, 60))
+def test_compiled_brute_force_sampled_threshold_and_its_fallback(seed, integer, m):
+    """Rows of n >= 512 points take the sampled threshold; rows whose m nearest hide from the
+    sample (here: a cluster at every 16th row, the other rows far away) take the heap over all
+    points.  Both give the exact lists."""
+    from budro._knn_numba import select_rows
+
+    rng = np.random.default_rng(seed)
+    n = 1600
+    Z = _clustered(rng, n, 4, n_distinct=n // 2)
+    Z[np.arange(n) % 16 != 0] += 40.0  # only the sampled rows near the cluster at the origin
+    if integer:
+        Z = np.round(Z)
+    for threads in (1, 2):
+        np.testing.assert_array_equal(transport._compiled_brute_force(select_rows, Z, m, threads),
+                                      _reference_lists(Z, m))

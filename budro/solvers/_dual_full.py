@@ -82,7 +82,7 @@ from budro.solvers._dual_plan import (
     result_from_switch,
     tie_margin,
 )
-from budro.transport import ZERO_RTOL, EmbeddingCost, TransportProblem, TransportResult
+from budro.transport import ZERO_RTOL, EmbeddingCost, TransportProblem, TransportResult, distance_error_factor
 
 __all__ = ["applies", "evaluate", "solve"]
 
@@ -229,9 +229,7 @@ def _state(solver, problem: TransportProblem) -> _FullState:
     # |computed - exact| of sqc_i + sqc_j - 2 <zc_i, zc_j> (inputs rounded to `dtype`, a dot of p
     # terms), plus the difference from the cost's own formula on the uncentred Z (float64) and
     # its zero-snapping: a generous multiple of the rounding unit times (|zc_i|^2 + |zc_j|^2).
-    sq = cost._sq
-    ratio = 2.0 * (1.0 + float(sq.max()) / max(float(sqc.max()), 1e-300))
-    kappa = (2 * p + 8) * unit + ((4 * p + 16) * 2.0**-53 + 2.0 * ZERO_RTOL) * ratio
+    kappa = distance_error_factor(p, float(cost._sq.max()), float(sqc.max()), unit)
     # A never-scanned column: its own row, bounded by the largest loss of each group (below).
     index = _index_dtype(n, K)
     flat = _flat(np.arange(n), labels, K).astype(index)
