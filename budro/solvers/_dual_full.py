@@ -435,7 +435,7 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
         return _scan_numpy(st, losses, cols, D, E, q_lo, q_hi, delta, mu)
     from budro.solvers import _full_numba
 
-    _, order, seg, Zp, sqc_p, gid_p, inv = _permutation(st)
+    _, order, seg, Zp, sqc_p, _, inv = _permutation(st)
     b = cols.size
     # (b, n) dot products, rows in group order, in a buffer kept on the state: a fresh block of
     # up to _BLOCK_BYTES each time costs its page faults again (10.4 instead of 13-15 ms a block
@@ -467,7 +467,7 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
         out = (np.empty(m * cap_sel, dtype=np.int64), np.empty(m * cap_sel), np.empty(m * cap_sel))
         with _sparse_kernels.parallel_threads(use):
             _full_numba.scan(sel, inv[sel], D_sel, sqc_p, st.kappa, float(st.sqc.max()), st.cost.Z, st.cost._sq,
-                             ZERO_RTOL, LTp, LT, st.labels, E, q_lo, q_hi, float(delta), float(mu), _KMAX, gid_p,
+                             ZERO_RTOL, LTp, LT, st.labels, E, q_lo, q_hi, float(delta), float(mu), _KMAX,
                              st.gid, order, seg, fast, X_sel, masks_sel, mus_sel, *out, counts_sel, cap_sel,
                              max(1, min(m, 4 * use)))
         return out

@@ -9,9 +9,28 @@ maxima are plain reductions over a contiguous segment."""
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.extending import intrinsic
 
 #: Stands for "no pair" in the excluded-value bounds (finite, so that chords stay finite).
 NONE = -1e300
+
+
+@intrinsic
+def fmax(typingctx, a, b):
+    """``max(a, b)`` of two floats of the same type as LLVM's ``maxnum`` (the larger; the other
+    operand where one is NaN, which never occurs here).  Written ``x if x > m else m`` a running
+    maximum is a compare and a select that LLVM does not vectorise; ``maxnum`` it does (the scan's
+    passes over the rows 3x faster on AVX2/AVX-512), with the same value to the bit."""
+    if not isinstance(a, numba.types.Float) or a != b:
+        return None
+
+    def codegen(context, builder, signature, args):
+        t = args[0].type
+        fn = builder.module.declare_intrinsic("llvm.maxnum", [t], ir.FunctionType(t, [t, t]))
+        return builder.call(fn, args)
+
+    return a(a, b), codegen
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -100,14 +119,13 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
     e3 = E[3]
     v1 = Lp[jp]
     v2 = Lp[jp]
+    Dt = D[t]
     for i in range(n):
-        c = sqc[i] + sj - 2.0 * D[t, i]
+        c = sqc[i] + sj - 2.0 * Dt[i]
         cb[i] = c
         cu = c + err
-        a = Lp[i] - e1 * cu
-        v1 = a if a > v1 else v1
-        a = Lp[i] - e2 * cu
-        v2 = a if a > v2 else v2
+        v1 = fmax(v1, Lp[i] - e1 * cu)
+        v2 = fmax(v2, Lp[i] - e2 * cu)
     n0 = n1 = n2 = n3 = 0
     d1, d2, d3 = delta / 4.0, delta / 16.0, delta / 64.0
     for i in range(n):
@@ -116,7 +134,7 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
         cb[i] = c
         a = Lp[i] - e0 * c - v1
         b = Lp[i] - e1 * c - v2
-        x = a if a > b else b  # the pair is a member for allowances >= -x
+        x = fmax(a, b)  # the pair is a member for allowances >= -x
         sl[i] = x
         n0 += x >= -delta
         n1 += x >= -d1
@@ -133,17 +151,17 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
             k += 1
     for g in range(seg.size - 1):
         m0 = m1 = m2 = m3 = NONE
-        for i in range(seg[g], seg[g + 1]):
-            li = Lp[i] - (2e300 if sl[i] >= -d else 0.0)
-            c = cb[i]
-            x = li - e0 * c
-            m0 = x if x > m0 else m0
-            x = li - e1 * c
-            m1 = x if x > m1 else m1
-            x = li - e2 * c
-            m2 = x if x > m2 else m2
-            x = li - e3 * c
-            m3 = x if x > m3 else m3
+        # over slices from 0: a loop from seg[g] is not vectorised (6x slower)
+        Lg = Lp[seg[g]:seg[g + 1]]
+        sg = sl[seg[g]:seg[g + 1]]
+        cg = cb[seg[g]:seg[g + 1]]
+        for i in range(Lg.size):
+            li = Lg[i] - (2e300 if sg[i] >= -d else 0.0)
+            c = cg[i]
+            m0 = fmax(m0, li - e0 * c)
+            m1 = fmax(m1, li - e1 * c)
+            m2 = fmax(m2, li - e2 * c)
+            m3 = fmax(m3, li - e3 * c)
         X[t, g, 0] = m0
         X[t, g, 1] = m1
         X[t, g, 2] = m2
@@ -151,50 +169,59 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
     return k, d
 
 
-@numba.njit(cache=True, nogil=True)
-def _members(t, jp, D, sqc, err, Lp, E, q_lo, q_hi, delta, gid_p, X, v, thr, order, krow):
-    """Any grid: members' rows in krow (returned count), excluded maxima per group in X[t]."""
+@numba.njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz"})
+def _members(t, jp, D, sqc, err, Lp, E, q_lo, q_hi, delta, seg, X, v, thr, order, krow, cb, sl):
+    """Any grid: members' rows in krow (returned count), excluded maxima per group in X[t].
+    Loops over the rows innermost, group segments as slices, maxima by :func:`fmax`: vectorised,
+    with each value computed as before (no reassociation or contraction: only the NaN, infinity
+    and signed-zero assumptions, none of which arise)."""
     n = sqc.size
     Q = E.size
-    G = X.shape[1]
     sj = sqc[jp]
-    for q in range(Q):
-        v[q] = Lp[jp]  # the own row (cost 0) is always a pair
+    Dt = D[t]
     for i in range(n):
-        cu = sqc[i] + sj - 2.0 * D[t, i] + err
-        li = Lp[i]
-        for q in range(q_lo, q_hi + 1):
-            val = li - E[q] * cu
-            if val > v[q]:
-                v[q] = val
+        cb[i] = sqc[i] + sj - 2.0 * Dt[i]
+    for q in range(q_lo, q_hi + 1):
+        e = E[q]
+        m = Lp[jp]  # the own row (cost 0) is always a pair
+        for i in range(n):
+            m = fmax(m, Lp[i] - e * (cb[i] + err))
+        v[q] = m
     for q in range(q_lo, q_hi):
         thr[q] = v[q + 1] - delta
-    for g in range(G):
-        for q in range(Q):
-            X[t, g, q] = NONE
+    for i in range(n):
+        c = cb[i] - err
+        cb[i] = c if c > 0.0 else 0.0
+    # a member comes within the allowance at some grid interval: sl >= 0 (the own row always)
+    for i in range(n):
+        sl[i] = -1.0
+    for q in range(q_lo, q_hi):
+        e = E[q]
+        h = thr[q]
+        for i in range(n):
+            sl[i] = fmax(sl[i], 1.0 if Lp[i] - e * cb[i] >= h else -1.0)
+    sl[jp] = 1.0
     k = 0
     for i in range(n):
-        c = max(sqc[i] + sj - 2.0 * D[t, i] - err, 0.0)
-        li = Lp[i]
-        member = i == jp
-        for q in range(q_lo, q_hi):
-            if li - E[q] * c >= thr[q]:
-                member = True
-        if member:
+        if sl[i] >= 0.0:
             krow[k] = order[i]
             k += 1
-        else:
-            g = gid_p[i]
-            for q in range(Q):
-                val = li - E[q] * c
-                if val > X[t, g, q]:
-                    X[t, g, q] = val
+    for g in range(seg.size - 1):
+        Lg = Lp[seg[g]:seg[g + 1]]
+        sg = sl[seg[g]:seg[g + 1]]
+        cg = cb[seg[g]:seg[g + 1]]
+        for q in range(Q):
+            e = E[q]
+            m = NONE
+            for i in range(Lg.size):
+                m = fmax(m, (Lg[i] - e * cg[i]) if sg[i] < 0.0 else NONE)
+            X[t, g, q] = m
     return k
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def scan(cols, jpos, D, sqc_p, kappa, sqc_max, Z, sq, zero_rtol, LTp, LT, labels, E, q_lo, q_hi, delta, mu, kmax,
-         gid_p, gid, order, seg, fast, X, masks, mus, out_rows, out_C, out_R, counts, cap, nchunks):
+         gid, order, seg, fast, X, masks, mus, out_rows, out_C, out_R, counts, cap, nchunks):
     """Scan the columns ``cols`` (own rows at positions ``jpos`` of the scan order; their dot
     products in the rows of ``D``); column t's kept list goes to ``out_*[t * cap:]``
     (``counts[t]``, or minus its length when over ``cap``), its hull margin to ``mus[t]``
@@ -222,7 +249,7 @@ def scan(cols, jpos, D, sqc_p, kappa, sqc_max, Z, sq, zero_rtol, LTp, LT, labels
             if fast:
                 k, d = _members_fast(t, jp, D, sqc_p, err, LTp[lab], E, delta, kmax, seg, X, cb, sl, order, krow)
             else:
-                k = _members(t, jp, D, sqc_p, err, LTp[lab], E, q_lo, q_hi, delta, gid_p, X, v, thr, order, krow)
+                k = _members(t, jp, D, sqc_p, err, LTp[lab], E, q_lo, q_hi, delta, seg, X, v, thr, order, krow, cb, sl)
             m = mu if mu < d else d
             mus[t] = m
             s, mask = _finish(k, j, Z, sq, zero_rtol, LT[lab], m, gid, krow, kc, kl, keep)
