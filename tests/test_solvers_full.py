@@ -499,3 +499,22 @@ def test_dots_in_slices_are_the_block_gemm(threads):
     bound = 11 * 2.0**-24 * (np.abs(A).astype(np.float64) @ np.abs(Zp).astype(np.float64).T) + 1e-30
     assert np.isfinite(out).all()
     assert (np.abs(out - exact) <= 2 * bound).all()
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install budro[fast])")
+@settings(max_examples=30, deadline=None)
+@given(values=st.lists(st.floats(-1e300, 1e300, allow_nan=False), min_size=1, max_size=200))
+def test_fmax_running_maximum_is_the_maximum(values):
+    """The vectorised running maximum (LLVM's maxnum) gives max() to the bit."""
+    import numba
+
+    from budro.solvers._full_numba import fmax
+
+    @numba.njit
+    def running(a):
+        m = a[0]
+        for i in range(a.size):
+            m = fmax(m, a[i])
+        return m
+
+    assert running(np.array(values)) == max(values)
