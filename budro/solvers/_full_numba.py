@@ -273,11 +273,11 @@ def list_down(ptr, flat, Ra, losses_flat, nchunks):
     out = np.empty(n)
     for ch in numba.prange(nchunks):
         for j in range(ch * n // nchunks, (ch + 1) * n // nchunks):
+            fj = flat[ptr[j]:ptr[j + 1]]  # slices from 0 and fmax: vectorised (gathers)
+            rj = Ra[ptr[j]:ptr[j + 1]]
             m = -np.inf
-            for r in range(ptr[j], ptr[j + 1]):
-                d = Ra[r] - losses_flat[flat[r]]
-                if d > m:
-                    m = d
+            for r in range(fj.size):
+                m = fmax(m, rj[r] - losses_flat[fj[r]])
             out[j] = m
     return out
 
