@@ -25,11 +25,10 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _sift_down(key, idx, m):
-    """Restore the max-heap property of ``key[:m]`` (with ``idx``) from the root."""
-    pos = 0
-    k0 = key[0]
-    i0 = idx[0]
+def _sift_down(key, idx, m, pos):
+    """Restore the max-heap property of ``key[:m]`` (with ``idx``) below position ``pos``."""
+    k0 = key[pos]
+    i0 = idx[pos]
     while True:
         child = 2 * pos + 1
         if child >= m:
@@ -55,29 +54,14 @@ def _heap_smallest(D, r, sqc, step, k, hkey, hidx):
         hkey[t] = sqc[j] - 2.0 * D[r, j]
         hidx[t] = j
     for s in range(k // 2 - 1, -1, -1):  # heapify: sift each inner node down
-        pos = s
-        k0 = hkey[pos]
-        i0 = hidx[pos]
-        while True:
-            child = 2 * pos + 1
-            if child >= k:
-                break
-            if child + 1 < k and hkey[child + 1] > hkey[child]:
-                child += 1
-            if hkey[child] <= k0:
-                break
-            hkey[pos] = hkey[child]
-            hidx[pos] = hidx[child]
-            pos = child
-        hkey[pos] = k0
-        hidx[pos] = i0
+        _sift_down(hkey, hidx, k, s)
     top = hkey[0]
     for j in range(k * step, n, step):
         key = sqc[j] - 2.0 * D[r, j]
         if key < top:
             hkey[0] = key
             hidx[0] = j
-            _sift_down(hkey, hidx, k)
+            _sift_down(hkey, hidx, k, 0)
             top = hkey[0]
     return top
 
@@ -128,28 +112,13 @@ def select_rows(D, r0, r1, start, Z, sqc, kappa, sqc_max, out):  # pragma: no co
                 hkey[t] = ckey[t]
                 hidx[t] = t
             for s in range(m // 2 - 1, -1, -1):
-                pos = s
-                k0 = hkey[pos]
-                i0 = hidx[pos]
-                while True:
-                    child = 2 * pos + 1
-                    if child >= m:
-                        break
-                    if child + 1 < m and hkey[child + 1] > hkey[child]:
-                        child += 1
-                    if hkey[child] <= k0:
-                        break
-                    hkey[pos] = hkey[child]
-                    hidx[pos] = hidx[child]
-                    pos = child
-                hkey[pos] = k0
-                hidx[pos] = i0
+                _sift_down(hkey, hidx, m, s)
             top = hkey[0]
             for t in range(m, c):
                 if ckey[t] < top:
                     hkey[0] = ckey[t]
                     hidx[0] = t
-                    _sift_down(hkey, hidx, m)
+                    _sift_down(hkey, hidx, m, 0)
                     top = hkey[0]
             bound = top + 2.0 * err  # <= limit: every candidate was collected
             kept = 0

@@ -327,16 +327,8 @@ class NeighborCost(Cost):
         kernel = _finish_kernel(n * m)
         if kernel is not None:
             idx = np.ascontiguousarray(idx, dtype=np.intp)
-            chunks = [(start, min(n, start + FINISH_CHUNK)) for start in range(0, n, FINISH_CHUNK)]
-            run = lambda span: kernel(self.Z, idx, span[0], span[1], self.neighbors, self.neighbor_costs)  # noqa: E731
-            if threads > 1 and len(chunks) > 1:
-                from concurrent.futures import ThreadPoolExecutor
-
-                with ThreadPoolExecutor(min(threads, len(chunks))) as pool:
-                    list(pool.map(run, chunks))
-            else:
-                for span in chunks:
-                    run(span)
+            _run_spans(lambda s0, s1: kernel(self.Z, idx, s0, s1, self.neighbors, self.neighbor_costs), n,
+                       FINISH_CHUNK, threads)
             return
         # Each list starts with the point itself (ties among duplicates may have pushed it out),
         # followed by the first m - 1 other neighbours, by increasing exact cost.  Exact squared
@@ -607,23 +599,28 @@ def _compiled_brute_force(select_rows, Z: np.ndarray, m: int, threads: int) -> n
     kappa = distance_error_factor(p, float(np.einsum("ij,ij->i", Z, Z).max()) if n else 0.0, sqc_max, 2.0**-24)
     out = np.empty((n, m), dtype=np.intp)
     rows = int(max(16, min(n, KNN_BLOCK_BYTES // max(4 * n, 1))))
-    spans = [(s, min(n, s + rows)) for s in range(0, n, rows)]
 
-    def run(span):
-        s0, s1 = span
+    def run(s0, s1):
         D = np.matmul(Zf[s0:s1], Zf.T)
         select_rows(D, 0, s1 - s0, s0, Z, sqc, kappa, sqc_max, out)
 
     with threadpool_limits(limits=1, user_api="blas"):
-        if threads > 1 and len(spans) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(min(threads, len(spans))) as pool:
-                list(pool.map(run, spans))
-        else:
-            for span in spans:
-                run(span)
+        _run_spans(run, n, rows, threads)
     return out
+
+
+def _run_spans(run, n: int, size: int, threads: int) -> None:
+    """``run(start, stop)`` over ``[0, n)`` in spans of ``size`` rows, on ``threads`` Python threads
+    (the compiled kernels release the GIL) or on this one."""
+    spans = [(start, min(n, start + size)) for start in range(0, n, size)]
+    if threads > 1 and len(spans) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(threads, len(spans))) as pool:
+            list(pool.map(lambda span: run(*span), spans))
+    else:
+        for span in spans:
+            run(*span)
 
 
 def _exact_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
