@@ -518,3 +518,50 @@ def test_fmax_running_maximum_is_the_maximum(values):
         return m
 
     assert running(np.array(values)) == max(values)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install budro[fast])")
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), share=st.sampled_from([0.01, 0.1, 0.24]), threads=st.sampled_from([1, 2]),
+       integer=st.booleans())
+def test_restricted_solve_after_a_rescan_splices_the_rescanned_columns(seed, share, threads, integer):
+    """After a rescan in the same round, the list kernel runs on the rescanned columns only and
+    their output is spliced in: the candidates, edges and breakpoint are those of a pass over every
+    column, to the bit (with ties: integer losses and copies)."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    losses, labels, Z = make_instance(rng, n, 2, integer=integer, d=3)
+    Z[:30] = Z[30:60]
+    cost = EmbeddingCost(Z, cache_bytes=0)
+    solver = FullPathSolver(kernel="numba", kernel_threads=threads)
+    solver.solve(TransportProblem(losses, labels, cost, 0.3))
+    st_ = solver._full_state
+    p1 = TransportProblem(losses + 0.05 * rng.random(losses.shape), labels, cost, 0.3)
+    _dual_full._observe(st_, p1.losses)
+    first = _dual_full._candidates(solver, st_, p1)  # a whole pass: the round's first solve
+    cols = np.sort(rng.choice(n, size=max(1, int(share * n)), replace=False))
+    budget = _dual_full._Budget(None, None)
+    assert _dual_full._rescan(solver, st_, p1, cols, max(first.breakpoint_eta, 1e-3), 0.05, 0.01, budget,
+                              scale_eta=1.0) >= cols.size
+    assert st_.dirty[cols].all()
+    calls = []
+    run = _dual_full._run_kernel
+
+    def spy(*a):
+        calls.append(a[3])
+        return run(*a)
+
+    _dual_full._run_kernel = spy
+    try:
+        spliced = _dual_full._candidates(solver, st_, p1)
+    finally:
+        _dual_full._run_kernel = run
+    assert len(calls) == 1 and np.array_equal(calls[0], cols)  # only the rescanned columns went through the kernel
+    out = st_.kernel_output
+    st_.kernel_output = None  # a whole pass on the same lists
+    whole = _dual_full._candidates(solver, st_, p1)
+    for name in ("rows", "cols", "starts", "R", "C"):
+        np.testing.assert_array_equal(getattr(spliced, name), getattr(whole, name))
+    for name in ("edge_e", "edge_dc", "edge_counts", "last_cost", "counts"):
+        np.testing.assert_array_equal(getattr(out, name), getattr(st_.kernel_output, name))
+    assert spliced.breakpoint_eta == whole.breakpoint_eta

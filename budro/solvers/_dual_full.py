@@ -204,6 +204,10 @@ class _FullState:
     #: The arrays that rows, flat, C and Ra are the leading parts of (a compiled commit's, with
     #: room to grow: the next commit merges in place), or None.
     buffers: tuple | None = None
+    #: The compiled list kernel's output of the last restricted solve (:class:`_KernelOutput`),
+    #: and the columns whose lists were replaced since (a bool mask), or None.
+    kernel_output: "_KernelOutput | None" = None
+    dirty: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -539,6 +543,9 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, 
     st.mask[cols] = masks
     st.mu[cols] = mus
     st.anchor_of[cols] = anchor_id
+    dirty = getattr(st, "dirty", None)  # (tests commit into plain namespaces)
+    if dirty is not None:
+        dirty[cols] = True
 
 
 def _concatenate_lists(st: _FullState, cols, rows, C, R, counts, old_ptr) -> list:
@@ -713,24 +720,128 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
 # ---------------------------------------------------------------------------------------- restricted solve
 
 
+@dataclass(eq=False)
+class _KernelOutput:
+    """The compiled list kernel's output over all columns for one round's losses and tie margin:
+    candidate pairs grouped by column (``starts``, ``counts``), hull edges in column order
+    (``edge_counts``), each column's largest hull cost."""
+
+    losses: np.ndarray
+    tau: float
+    rows: np.ndarray
+    cols: np.ndarray
+    R: np.ndarray
+    C: np.ndarray
+    starts: np.ndarray
+    counts: np.ndarray
+    edge_e: np.ndarray
+    edge_dc: np.ndarray
+    edge_counts: np.ndarray
+    last_cost: np.ndarray
+
+
+#: A restricted solve after a rescan runs the list kernel on the rescanned columns only (and
+#: splices their output into the last one) while they are at most this share of the columns.
+_SPLICE_SHARE = 0.25
+
+
+def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray | None, tau: float):
+    """The list kernel on the lists of ``cols`` (sorted; None: every column): (rows, local column,
+    R, C, starts, counts, edge_e, edge_dc, edge_counts, last_cost), copies."""
+    K = problem.n_labels
+    losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
+    if cols is None:
+        n, ptr, C, flat, labels, width = st.n, st.ptr, st.C, st.flat, st.labels, st.width
+    else:
+        lo = st.ptr[cols]
+        lens = st.ptr[cols + 1] - lo
+        n = cols.size
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens, out=ptr[1:])
+        take = np.repeat(lo - ptr[:-1], lens) + np.arange(int(ptr[-1]))
+        C, flat, labels = st.C[take], st.flat[take], st.labels[cols]
+        width = int(lens.max()) if n else 0
+    # A fresh workspace each time (its outputs are copied below): np.empty only maps pages, and
+    # a kept one would stay resident wherever a round once wrote (the early rounds' nearly tied
+    # losses write millions of candidates: ~0.5 GB kept for the rest of an Adult fit).
+    ws = _sparse_kernels.Workspace(n, max(int(ptr[-1]), 1))
+    rows, lcols, R, Cc, _, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
+        labels, K, C, flat, losses_flat, tau, np.ones(n), threads=solver.kernel_threads, workspace=ws, ptr=ptr,
+        width=width)
+    return (rows.copy(), lcols.copy(), R.copy(), Cc.copy(), starts.copy(), ws.col_count[:n].copy(), edge_e.copy(),
+            edge_dc.copy(), ws.edge_count[:n].copy(), last_cost[:n].copy())
+
+
+def _splice(old: np.ndarray, old_counts: np.ndarray, new: np.ndarray, new_counts: np.ndarray, cols: np.ndarray,
+            counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per-column runs (``old`` with ``old_counts``, in column order) with the runs of ``cols``
+    replaced by ``new`` (``new_counts``, in the order of ``cols``): the runs of the new layout
+    (``counts``, ``starts``), scattered in one pass each."""
+    out = np.empty(int(counts.sum()), dtype=old.dtype)
+    keep = np.ones(old_counts.size, dtype=bool)
+    keep[cols] = False
+    old_starts = np.zeros(old_counts.size, dtype=np.int64)
+    np.cumsum(old_counts[:-1], out=old_starts[1:])
+    kept = np.repeat(keep, old_counts)
+    col_of = np.repeat(np.arange(old_counts.size), old_counts)[kept]
+    dest = starts[col_of] + (np.flatnonzero(kept) - old_starts[col_of])
+    out[dest] = old[kept]
+    new_starts = np.zeros(cols.size, dtype=np.int64)
+    np.cumsum(new_counts[:-1], out=new_starts[1:])
+    which = np.repeat(np.arange(cols.size), new_counts)
+    out[starts[cols][which] + (np.arange(new.size) - new_starts[which])] = new
+    return out
+
+
 def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidates:
     """The lists' pairs that can tie at some eta (the sparse path's pruning), with the minimiser
-    of g_K read off the hulls."""
+    of g_K read off the hulls.  After a rescan in the same round (the same losses), the compiled
+    kernel runs on the rescanned columns only and their output is spliced into the last one: the
+    kernel's output for a column depends on that column's list alone, so this is the output of a
+    pass over every column, to the bit (the same arrays in the same order)."""
     n, K = problem.n, problem.n_labels
-    losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
     tau = tie_margin(solver, problem)
     if compiled(solver):
-        # A fresh workspace each round (its outputs are copied below): np.empty only maps pages,
-        # and a kept one would stay resident wherever a round once wrote (the early rounds' nearly
-        # tied losses write millions of candidates: ~0.5 GB kept for the rest of an Adult fit).
-        ws = _sparse_kernels.Workspace(n, max(int(st.ptr[-1]), 1))
-        rows, cols, R, C, _, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
-            st.labels, K, st.C, st.flat, losses_flat, tau, np.ones(n), threads=solver.kernel_threads, workspace=ws,
-            ptr=st.ptr, width=st.width)
-        need = float(last_cost.sum()) - n * problem.eps
-        eta = 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
-        return _Candidates(rows=rows.copy(), cols=cols.copy(), starts=starts.copy(), R=R.copy(), C=C.copy(),
-                           breakpoint_eta=eta, compiled=True)
+        last = st.kernel_output
+        dirty = st.dirty
+        if (last is not None and dirty is not None and last.losses is problem.losses and last.tau == tau
+                and np.count_nonzero(dirty) <= _SPLICE_SHARE * n):
+            cols = np.flatnonzero(dirty)
+            rows, lcols, R, C, _, counts_f, edge_e, edge_dc, ecount_f, last_f = _run_kernel(solver, st, problem,
+                                                                                             cols, tau)
+            counts = last.counts.copy()
+            counts[cols] = counts_f
+            starts = np.zeros(n, dtype=np.intp)
+            np.cumsum(counts[:-1], out=starts[1:])
+            edge_counts = last.edge_counts.copy()
+            edge_counts[cols] = ecount_f
+            edge_starts = np.zeros(n, dtype=np.int64)
+            np.cumsum(edge_counts[:-1], out=edge_starts[1:])
+            last_cost = last.last_cost.copy()
+            last_cost[cols] = last_f
+            out = _KernelOutput(
+                losses=problem.losses, tau=tau,
+                rows=_splice(last.rows, last.counts, rows, counts_f, cols, counts, starts),
+                cols=np.repeat(np.arange(n), counts),
+                R=_splice(last.R, last.counts, R, counts_f, cols, counts, starts),
+                C=_splice(last.C, last.counts, C, counts_f, cols, counts, starts),
+                starts=starts, counts=counts,
+                edge_e=_splice(last.edge_e, last.edge_counts, edge_e, ecount_f, cols, edge_counts, edge_starts),
+                edge_dc=_splice(last.edge_dc, last.edge_counts, edge_dc, ecount_f, cols, edge_counts, edge_starts),
+                edge_counts=edge_counts, last_cost=last_cost)
+        else:
+            rows, cols, R, C, starts, counts, edge_e, edge_dc, edge_counts, last_cost = _run_kernel(
+                solver, st, problem, None, tau)
+            out = _KernelOutput(losses=problem.losses, tau=tau, rows=rows, cols=cols, R=R, C=C, starts=starts,
+                                counts=counts, edge_e=edge_e, edge_dc=edge_dc, edge_counts=edge_counts,
+                                last_cost=last_cost)
+        st.kernel_output = out
+        st.dirty = np.zeros(n, dtype=bool)
+        need = float(out.last_cost.sum()) - n * problem.eps
+        eta = 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(out.edge_e, out.edge_dc, need)
+        return _Candidates(rows=out.rows, cols=out.cols, starts=out.starts, R=out.R, C=out.C, breakpoint_eta=eta,
+                           compiled=True)
+    losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
     cols = np.repeat(np.arange(n), np.diff(st.ptr))
     rows, cols, R, C = _upper_hulls(st.rows, cols, losses_flat[st.flat], st.C, tau, n)
     starts = np.searchsorted(cols, np.arange(n))
@@ -890,6 +1001,7 @@ def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> T
         done = _rescan(solver, st, problem, failing, point.eta, w, d, budget, scale_eta=scale_eta)
         rescanned.append(int(done))
     certified = failing.size == 0
+    st.kernel_output = st.dirty = None  # within a round only (early rounds' outputs are large)
     if certified and found is not None:
         st.etas = (st.etas + [float(point.eta)])[-8:]
     eps = problem.eps

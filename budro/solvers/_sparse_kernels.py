@@ -171,6 +171,7 @@ class Workspace:
         self.edge_dc = np.empty(max(cap - n, 1))
         self.last_cost = np.empty(n)
         self.col_count = np.empty(n, dtype=np.int64)
+        self.edge_count = np.empty(n, dtype=np.int64)  # each column's hull edges (in column order)
         self.starts = np.zeros(n, dtype=np.intp)
 
 
@@ -201,7 +202,7 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     n = ptr.size - 1
     ws = workspace if workspace is not None else Workspace(n, max(int(ptr[-1]), 1))
     args = (int(K), labels, ptr, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R,
-            ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, int(width))
+            ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, ws.edge_count, int(width))
     use = kernel_threads(threads, n)
     if use == 1 or n < 256:
         size, n_dom, n_edge = kern.candidates_serial(*args)

@@ -18,7 +18,7 @@ def _below(ca, ra, cb, rb, cc, rc, tau):
 
 @numba.njit(cache=True, nogil=True)
 def _columns(j0, j1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
-             edge_dc, last_cost, col_count, out0, edge0, width):
+             edge_dc, last_cost, col_count, edge_count, out0, edge0, width):
     """Columns j0 <= j < j1; their pairs go to the outputs from ``out0``, their edges from
     ``edge0``.  Returns (pairs written, pairs kept by dominance, edges written).
 
@@ -104,6 +104,7 @@ def _columns(j0, j1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_row
             ex[e_n] = t
             e_n += 1
         w = weights[j]
+        edges_before = n_edge
         for q in range(1, e_n):
             a, b = ex[q - 1], ex[q]
             dc = rc[b] - rc[a]
@@ -113,27 +114,29 @@ def _columns(j0, j1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_row
                 edge_dc[n_edge] = dc * w
                 n_edge += 1
         last_cost[j] = rc[ex[e_n - 1]]
+        edge_count[j] = n_edge - edges_before
     return n_out - out0, n_dom, n_edge - edge0
 
 
 @numba.njit(cache=True, nogil=True)
 def candidates_serial(K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
-                      edge_dc, last_cost, col_count, width):
+                      edge_dc, last_cost, col_count, edge_count, width):
     """All columns on the calling thread, written contiguously from the start of the outputs."""
     return _columns(0, ptr.size - 1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R,
-                    out_C, edge_e, edge_dc, last_cost, col_count, 0, 0, width)
+                    out_C, edge_e, edge_dc, last_cost, col_count, edge_count, 0, 0, width)
 
 
 @numba.njit(cache=True, parallel=True)
 def candidates(bounds, K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
-               edge_dc, last_cost, col_count, width, counts):
+               edge_dc, last_cost, col_count, edge_count, width, counts):
     """The columns in chunks ``bounds[c] <= j < bounds[c + 1]``, one chunk per task; chunk c
     writes its pairs from ``ptr[bounds[c]]`` and its edges from ``ptr[bounds[c]] - bounds[c]``
     (a list of length l has at most l - 1 edges)."""
     for c in numba.prange(bounds.size - 1):
         j0 = bounds[c]
         a, b, d = _columns(j0, bounds[c + 1], K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows,
-                           out_cols, out_R, out_C, edge_e, edge_dc, last_cost, col_count, ptr[j0], ptr[j0] - j0, width)
+                           out_cols, out_R, out_C, edge_e, edge_dc, last_cost, col_count, edge_count, ptr[j0],
+                           ptr[j0] - j0, width)
         counts[c, 0] = a
         counts[c, 1] = b
         counts[c, 2] = d
