@@ -804,9 +804,11 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
     if compiled(solver):
         last = st.kernel_output
         dirty = st.dirty
-        if (last is not None and dirty is not None and last.losses is problem.losses and last.tau == tau
-                and np.count_nonzero(dirty) <= _SPLICE_SHARE * n):
-            cols = np.flatnonzero(dirty)
+        same_round = last is not None and dirty is not None and last.losses is problem.losses and last.tau == tau
+        cols = np.flatnonzero(dirty) if same_round else None
+        if same_round and cols.size == 0:  # nothing rescanned since (a budget stopped it): the same output
+            out = last
+        elif same_round and cols.size <= _SPLICE_SHARE * n:
             rows, lcols, R, C, _, counts_f, edge_e, edge_dc, ecount_f, last_f = _run_kernel(solver, st, problem,
                                                                                              cols, tau)
             counts = last.counts.copy()
