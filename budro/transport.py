@@ -684,9 +684,7 @@ def _finish_kernel(pairs: int):
         return None
     if "numba" not in sys.modules and pairs < FINISH_KERNEL_MIN_PAIRS:
         return None
-    from budro.solvers import _sparse_kernels
-
-    if not _sparse_kernels.available():  # numba importable (checked once)
+    if not _sparse_kernels_available():
         return None
     from budro._lists_numba import finish_rows
 

@@ -376,8 +376,7 @@ def _permutation(st: _FullState):
     seg = np.searchsorted(gid[order], np.arange(st.X.shape[1] + 1)).astype(np.int64)
     inv = np.empty_like(order)
     inv[order] = np.arange(order.size)
-    st.perm = (gid, order.astype(np.int64), seg, np.ascontiguousarray(st.Zc[order]), st.sqc[order],
-               gid[order], inv)
+    st.perm = (gid, order.astype(np.int64), seg, np.ascontiguousarray(st.Zc[order]), st.sqc[order], inv)
     return st.perm
 
 
@@ -439,7 +438,7 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
         return _scan_numpy(st, losses, cols, D, E, q_lo, q_hi, delta, mu)
     from budro.solvers import _full_numba
 
-    _, order, seg, Zp, sqc_p, _, inv = _permutation(st)
+    _, order, seg, Zp, sqc_p, inv = _permutation(st)
     b = cols.size
     # (b, n) dot products, rows in group order, in a buffer kept on the state: a fresh block of
     # up to _BLOCK_BYTES each time costs its page faults again (10.4 instead of 13-15 ms a block
