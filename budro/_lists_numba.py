@@ -41,3 +41,25 @@ def finish_rows(Z, idx, start, stop, neighbors, costs):  # pragma: no cover - co
         for t in range(count):
             neighbors[j, 1 + t] = found[order[t]]
             costs[j, 1 + t] = cost[order[t]]
+
+
+@numba.njit(cache=True, nogil=True)
+def expand_copies(idx, members, starts, counts, out):  # pragma: no cover - compiled
+    """:func:`budro.transport._expand_copies` (lists over distinct points to lists over rows),
+    the same lists: per distinct point r, r's copies and then those of each other listed point
+    (-1: none) in list order, each copy's rows in row order, up to m = ``out.shape[1]``; filled
+    with r's first row when the list runs out."""
+    m = out.shape[1]
+    for r in range(out.shape[0]):
+        c = 0
+        for t in range(-1, idx.shape[1]):
+            v = r if t < 0 else idx[r, t]
+            if t >= 0 and (v == r or v < 0):
+                continue
+            for s in range(min(counts[v], m - c)):
+                out[r, c] = members[starts[v] + s]
+                c += 1
+            if c == m:
+                break
+        for s in range(c, m):
+            out[r, s] = members[starts[r]]

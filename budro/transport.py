@@ -827,10 +827,18 @@ def _row_hashes(Z: np.ndarray) -> np.ndarray:
 
 def _expand_copies(idx: np.ndarray, inverse: np.ndarray, counts: np.ndarray, m: int) -> np.ndarray:
     """Lists over rows from lists over distinct points: each listed distinct point stands for all
-    its copies (rows in order), truncated at m.  ``idx`` (n_distinct, k) lists distinct points."""
+    its copies (rows in order), truncated at m.  ``idx`` (n_distinct, k) lists distinct points
+    (-1: none).  By :func:`budro._lists_numba.expand_copies` where :func:`_finish_kernel` gives
+    the compiled kernels (Adult, 30053 distinct points, m = 100: 0.24 s by numpy), else numpy."""
     n_distinct = len(counts)
     members = np.argsort(inverse, kind="stable")  # rows grouped by distinct point, in row order
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    if _finish_kernel(n_distinct * m) is not None:  # the same lists by a compiled loop
+        from budro._lists_numba import expand_copies
+
+        out = np.empty((n_distinct, m), dtype=np.intp)
+        expand_copies(np.ascontiguousarray(idx, dtype=np.intp), members, starts, np.asarray(counts, dtype=np.intp), out)
+        return out
     # Each list starts with the point itself (approximate searches may not return it first),
     # then the other listed points in order.
     own = np.arange(n_distinct)
