@@ -521,6 +521,30 @@ def test_fmax_running_maximum_is_the_maximum(values):
 
 
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install budro[fast])")
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), k=st.integers(0, 23), p=st.integers(1, 9), copies=st.booleans())
+def test_exact_costs_four_at_a_time_equal_one_at_a_time(seed, k, p, copies):
+    """The members' exact costs computed four rows at a time are those of the one-row formula to
+    the bit (each dot product summed in the same order; the own row 0, copies snapped to 0), for
+    any count of rows, with the own row and repeated rows among them."""
+    from budro.solvers._full_numba import _exact_cost, _exact_costs
+    from budro.transport import ZERO_RTOL
+
+    rng = np.random.default_rng(seed)
+    n = 12
+    Z = rng.normal(size=(n, p)) * 10.0 ** rng.integers(-3, 4)
+    if copies:
+        Z[1::3] = Z[0]
+    sq = np.einsum("ij,ij->i", Z, Z)
+    rows = rng.integers(0, n, size=k).astype(np.int64)
+    j = int(rng.integers(0, n))
+    out = np.full(k, np.nan)
+    _exact_costs(Z, sq, rows, k, j, ZERO_RTOL, out)
+    expected = np.array([_exact_cost.py_func(Z, sq, int(i), j, ZERO_RTOL) for i in rows])
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install budro[fast])")
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), share=st.sampled_from([0.01, 0.1, 0.24]), threads=st.sampled_from([1, 2]),
        integer=st.booleans())

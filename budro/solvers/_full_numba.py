@@ -49,6 +49,41 @@ def _exact_cost(Z, sq, i, j, zero_rtol):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _snap(s, d, zero_rtol):
+    c = s - 2.0 * d
+    if c <= zero_rtol * s:
+        return 0.0
+    return c
+
+
+@numba.njit(cache=True, nogil=True)
+def _exact_costs(Z, sq, rows, k, j, zero_rtol, out):
+    """``out[r] = _exact_cost(Z, sq, rows[r], j, zero_rtol)`` for r < k, the same values: four
+    rows at a time, each dot product still summed coordinate by coordinate in order (a sum of p
+    terms is a chain of dependent additions: one at a time, the processor waits on each; four
+    independent chains fill its pipeline: the members' costs took a third of a scan's time)."""
+    p = Z.shape[1]
+    sj = sq[j]
+    r = 0
+    while r + 4 <= k:
+        i0, i1, i2, i3 = rows[r], rows[r + 1], rows[r + 2], rows[r + 3]
+        d0 = d1 = d2 = d3 = 0.0
+        for t in range(p):
+            zj = Z[j, t]
+            d0 += Z[i0, t] * zj
+            d1 += Z[i1, t] * zj
+            d2 += Z[i2, t] * zj
+            d3 += Z[i3, t] * zj
+        out[r] = 0.0 if i0 == j else _snap(sq[i0] + sj, d0, zero_rtol)
+        out[r + 1] = 0.0 if i1 == j else _snap(sq[i1] + sj, d1, zero_rtol)
+        out[r + 2] = 0.0 if i2 == j else _snap(sq[i2] + sj, d2, zero_rtol)
+        out[r + 3] = 0.0 if i3 == j else _snap(sq[i3] + sj, d3, zero_rtol)
+        r += 4
+    for x in range(r, k):
+        out[x] = _exact_cost(Z, sq, rows[x], j, zero_rtol)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _below(ca, ra, cb, rb, cc, rc, mu):
     """(cb, rb) lies more than mu below the chord from (ca, ra) to (cc, rc), ca <= cb <= cc:
     then ``R_b - eta C_b < max(R_a - eta C_a, R_c - eta C_c) - mu`` at every eta >= 0 (with
@@ -64,8 +99,7 @@ def _finish(k, j, Z, sq, zero_rtol, L, mu, gid, krow, kc, kl, keep):
     ascending among equal costs), dominance and upper hull with margin mu.  The kept pairs go back
     to krow/kc/kl; returns their number and the bit mask of the groups of the pruned ones."""
     krow[:k] = np.sort(krow[:k])
-    for r in range(k):
-        kc[r] = _exact_cost(Z, sq, krow[r], j, zero_rtol)
+    _exact_costs(Z, sq, krow, k, j, zero_rtol, kc)
     order = np.argsort(kc[:k], kind="mergesort")
     rows_s = krow[:k][order]
     cost_s = kc[:k][order]
