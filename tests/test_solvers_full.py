@@ -144,7 +144,7 @@ def test_failed_certificates_are_rescanned(kernel):
     assert ok.all()
     # raise the losses of a few rows that no list holds, far enough to beat everything
     listed = np.zeros(n, dtype=bool)
-    listed[_dual_full._compact_lists(state)[1]] = True
+    listed[state.rows] = True
     lifted = np.flatnonzero(~listed)[:3]
     assert lifted.size
     jumped = losses.copy()
@@ -163,8 +163,7 @@ def test_failed_certificates_are_rescanned(kernel):
     state = solver._full_state
     assert np.any(state.mask != 0)  # some columns hold hull-pruned pairs
     fallen = losses.copy()
-    _, rows, _, C, _ = _dual_full._compact_lists(state)
-    fallen[rows[C > 0][:50]] -= 3.0
+    fallen[state.rows[state.C > 0][:50]] -= 3.0
     p2 = TransportProblem(fallen, labels, cost, 0.3)
     point = _dual_full._minimise(solver, p2, _dual_full._candidates(solver, state, p2))[0]
     _dual_full._certify(solver, state, p2, point)
@@ -235,7 +234,7 @@ def test_partial_budget_after_a_warm_round():
     cost = EmbeddingCost(Z, cache_bytes=0)
     solver = FullPathSolver()
     solver.solve(TransportProblem(losses, labels, cost, 0.3))
-    solver.max_pairs = _dual_full._pairs(solver._full_state)  # no room to rescan anything
+    solver.max_pairs = int(solver._full_state.ptr[-1])  # no room to rescan anything
     jumped = losses + rng.normal(size=losses.shape)
     problem = TransportProblem(jumped, labels, cost, 0.3)
     with warnings.catch_warnings():
@@ -341,8 +340,7 @@ def test_commit_replaces_exactly_the_rescanned_lists(share, threads, index):
     np.cumsum(counts, out=ptr[1:])
     labels = rng.integers(0, K, n)
     rows = rng.integers(0, n, int(ptr[-1])).astype(index)
-    st = SimpleNamespace(n=n, K=K, labels=labels, lo=ptr[:-1].copy(), hi=ptr[1:].copy(), cap=None, end=int(ptr[-1]),
-                         rows=rows, flat=(rows * K + np.repeat(labels, counts)).astype(index),
+    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=ptr, rows=rows, flat=(rows * K + np.repeat(labels, counts)).astype(index),
                          C=rng.random(rows.size), Ra=rng.random(rows.size), X=np.zeros((n, 2, 2)),
                          mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
     cols = np.sort(rng.choice(n, int(share * n), replace=False))
@@ -355,9 +353,8 @@ def test_commit_replaces_exactly_the_rescanned_lists(share, threads, index):
         expected[j] = (new_rows[off[i]:off[i + 1]], new_C[off[i]:off[i + 1]], new_R[off[i]:off[i + 1]])
     _dual_full._commit(st, cols, new_rows, new_C, new_R, new_counts, np.ones((cols.size, 2, 2)),
                        np.ones(cols.size, dtype=np.int64), np.ones(cols.size), 7, threads=threads)
-    _check_slots(st, threads)
     for j in range(n):
-        a, b = st.lo[j], st.hi[j]
+        a, b = st.ptr[j], st.ptr[j + 1]
         np.testing.assert_array_equal(st.rows[a:b], expected[j][0])
         np.testing.assert_array_equal(st.C[a:b], expected[j][1])
         np.testing.assert_array_equal(st.Ra[a:b], expected[j][2])
@@ -366,7 +363,7 @@ def test_commit_replaces_exactly_the_rescanned_lists(share, threads, index):
     assert st.rows.dtype == index and st.flat.dtype == rows.dtype
     if cols.size:
         new_rows[:] = -1  # the state does not share the scan's arrays
-        assert (_dual_full._compact_lists(st)[1] >= 0).all()
+        assert (st.rows >= 0).all()
 
 
 @pytest.mark.parametrize("threads", [0, 2], ids=["numpy", "compiled"])
@@ -385,8 +382,7 @@ def test_commits_in_a_row_keep_every_list(threads):
     n, K = 200, 2
     labels = rng.integers(0, K, n)
     ref = {j: (np.array([j]), np.zeros(1), rng.random(1)) for j in range(n)}
-    st = SimpleNamespace(n=n, K=K, labels=labels, lo=np.arange(n, dtype=np.int64),
-                         hi=np.arange(1, n + 1, dtype=np.int64), cap=None, end=n,
+    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=np.arange(n + 1, dtype=np.int64),
                          rows=np.arange(n, dtype=np.int32), flat=(np.arange(n) * K + labels).astype(np.int32),
                          C=np.zeros(n), Ra=np.concatenate([ref[j][2] for j in range(n)]), X=np.zeros((n, 2, 2)),
                          mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
@@ -405,31 +401,18 @@ def test_commits_in_a_row_keep_every_list(threads):
         for i, j in enumerate(cols):
             ref[j] = (new_rows[off[i]:off[i + 1]].copy(), new_C[off[i]:off[i + 1]].copy(),
                       new_R[off[i]:off[i + 1]].copy())
-        before = st.rows
+        before = getattr(st, "buffers", None)
         _dual_full._commit(st, cols, new_rows, new_C, new_R, new_counts, np.ones((cols.size, 2, 2)),
                            np.ones(cols.size, dtype=np.int64), np.ones(cols.size), step, threads=threads)
-        in_place += st.rows is before
-        _check_slots(st, threads)
+        in_place += before is not None and st.buffers is before
         for j in range(n):
-            a, b = st.lo[j], st.hi[j]
+            a, b = st.ptr[j], st.ptr[j + 1]
             np.testing.assert_array_equal(st.rows[a:b], ref[j][0])
             np.testing.assert_array_equal(st.flat[a:b], ref[j][0] * K + labels[j])
             np.testing.assert_array_equal(st.C[a:b], ref[j][1])
             np.testing.assert_array_equal(st.Ra[a:b], ref[j][2])
         assert st.rows.dtype == np.int32 and st.flat.dtype == np.int32
-    assert (in_place > 10) if threads else (st.cap is None)
-
-
-def _check_slots(st, threads):
-    """The compiled commit's slots: each list inside its own slot, the slots disjoint and inside
-    the arrays; numpy's lists one after another in column order."""
-    if not threads:
-        assert st.cap is None and st.lo[0] == 0 and (st.lo[1:] == st.hi[:-1]).all() and st.hi[-1] == st.rows.size
-        return
-    assert (st.lo <= st.hi).all() and (st.hi <= st.lo + st.cap).all() and st.lo.min() >= 0
-    order = np.argsort(st.lo, kind="stable")
-    lo, cap = st.lo[order], st.cap[order]
-    assert (lo[1:] >= lo[:-1] + cap[:-1]).all() and lo[-1] + cap[-1] <= st.end <= st.rows.size
+    assert (in_place > 10) if threads else (getattr(st, "buffers", None) is None)
 
 
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="the output room is the compiled scan's")
@@ -483,8 +466,7 @@ def test_compiled_group_rise_equals_numpy(seed):
 @pytest.mark.parametrize("nchunks", [1, 3, 8])
 def test_list_down_equals_numpy_on_any_chunking(nchunks):
     """The certificate's per-column largest fall since the anchor, compiled in chunks of columns,
-    equals numpy's reduceat entry for entry (lists of any lengths, one of them a single pair),
-    with the lists one after another and in slots with room, in another order."""
+    equals numpy's reduceat entry for entry (lists of any lengths, one of them a single pair)."""
     from budro.solvers import _full_numba
 
     rng = np.random.default_rng(nchunks)
@@ -495,17 +477,7 @@ def test_list_down_equals_numpy_on_any_chunking(nchunks):
     flat = rng.integers(0, n * K, int(ptr[-1])).astype(np.int32)
     Ra, losses_flat = rng.random(int(ptr[-1])), rng.random(n * K)
     expected = np.maximum.reduceat(Ra - losses_flat[flat], ptr[:-1])
-    np.testing.assert_array_equal(_full_numba.list_down(ptr[:-1], ptr[1:], flat, Ra, losses_flat, nchunks), expected)
-    # the same lists in slots with room after each, the slots in a shuffled order
-    cap = counts + rng.integers(0, 4, n)
-    lo = np.empty(n, dtype=np.int64)
-    order = rng.permutation(n)
-    lo[order] = np.cumsum(cap[order]) - cap[order]
-    flat2, Ra2 = np.full(int(cap.sum()), -1, dtype=np.int32), np.full(int(cap.sum()), np.nan)
-    for j in range(n):
-        flat2[lo[j]:lo[j] + counts[j]] = flat[ptr[j]:ptr[j + 1]]
-        Ra2[lo[j]:lo[j] + counts[j]] = Ra[ptr[j]:ptr[j + 1]]
-    np.testing.assert_array_equal(_full_numba.list_down(lo, lo + counts, flat2, Ra2, losses_flat, nchunks), expected)
+    np.testing.assert_array_equal(_full_numba.list_down(ptr, flat, Ra, losses_flat, nchunks), expected)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

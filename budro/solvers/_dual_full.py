@@ -178,8 +178,7 @@ class _FullState:
     Zc: np.ndarray  # centred embedding, float32 (the scan's GEMM) or float64
     sqc: np.ndarray
     kappa: float  # error of a scanned cost: kappa * (sqc_max + sqc_j)
-    lo: np.ndarray  # column j's list is rows[lo[j]:hi[j]] (flat, C and Ra likewise)
-    hi: np.ndarray
+    ptr: np.ndarray
     rows: np.ndarray
     flat: np.ndarray
     C: np.ndarray
@@ -202,13 +201,9 @@ class _FullState:
     losses_t: tuple | None = None
     #: The compiled scan's block of dot products, reused from block to block (or None).
     dots: np.ndarray | None = None
-    #: Each column's slot (a compiled commit's lists lie in slots with room to grow, in any order:
-    #: rows etc. are then longer than the lists, and a rescanned list that fits its slot is
-    #: written there, nothing else moves), or None: the lists lie one after another, in column
-    #: order (numpy's commit, and before the first compiled one).
-    cap: np.ndarray | None = None
-    #: The end of the last slot.
-    end: int = 0
+    #: The arrays that rows, flat, C and Ra are the leading parts of (a compiled commit's, with
+    #: room to grow: the next commit merges in place), or None.
+    buffers: tuple | None = None
     #: The compiled list kernel's output of the last restricted solve (:class:`_KernelOutput`),
     #: and the columns whose lists were replaced since (a bool mask), or None.
     kernel_output: "_KernelOutput | None" = None
@@ -217,6 +212,10 @@ class _FullState:
     @property
     def n(self) -> int:
         return self.sqc.size
+
+    @property
+    def width(self) -> int:
+        return int(np.diff(self.ptr).max()) if self.ptr.size > 1 else 0
 
 
 def _state(solver, problem: TransportProblem) -> _FullState:
@@ -240,8 +239,7 @@ def _state(solver, problem: TransportProblem) -> _FullState:
     flat = _flat(np.arange(n), labels, K).astype(index)
     st = _FullState(
         cost=cost, labels=labels.copy(), K=K, Zc=Zs, sqc=sqc, kappa=float(kappa),
-        lo=np.arange(n, dtype=np.int64), hi=np.arange(1, n + 1, dtype=np.int64), rows=np.arange(n, dtype=index),
-        flat=flat, C=np.zeros(n),
+        ptr=np.arange(n + 1, dtype=np.int64), rows=np.arange(n, dtype=index), flat=flat, C=np.zeros(n),
         Ra=problem.losses[np.arange(n), labels].copy(), anchor_of=np.zeros(n, dtype=np.int64),
         mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), X=np.empty((n, _GROUPS, _Q)),
     )
@@ -499,51 +497,47 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
             np.concatenate((out_R[take], R2[take2]))[by_col], counts, X, masks, mus)
 
 
-def _pairs(st) -> int:
-    """Pairs on the lists."""
-    return int((st.hi - st.lo).sum())
-
-
-def _width(st) -> int:
-    """The longest list."""
-    return int((st.hi - st.lo).max()) if st.lo.size else 0
-
-
-def _compact_lists(st):
-    """``(ptr, rows, flat, C, Ra)``: the lists one after another in column order (column j in
-    ``ptr[j]:ptr[j + 1]``): the state's own arrays where they lie so, else copies."""
-    lens = st.hi - st.lo
-    ptr = np.zeros(lens.size + 1, dtype=np.int64)
-    np.cumsum(lens, out=ptr[1:])
-    if getattr(st, "cap", None) is None:
-        return ptr, st.rows, st.flat, st.C, st.Ra
-    take = np.repeat(st.lo - ptr[:-1], lens) + np.arange(int(ptr[-1]))
-    return ptr, st.rows[take], st.flat[take], st.C[take], st.Ra[take]
-
-
-def _room(counts: np.ndarray) -> np.ndarray:
-    """A new slot's size for a list of ``counts`` pairs: room to grow by a quarter, and 4."""
-    return counts + counts // 4 + 4
-
-
 def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, *, threads: int = 0) -> None:
     """Replace the lists of ``cols`` (sorted) by the scanned ones.
 
-    ``threads`` = 0 (numpy): the lists stay one after another in column order; the new arrays
-    are the old runs and the scanned lists concatenated, piece by piece (contiguous copies).
-    ``threads`` > 0: the lists lie in slots (:func:`_commit_to_slots`)."""
-    cols = np.asarray(cols, dtype=np.int64)
-    counts = np.asarray(counts, dtype=np.int64)
+    The kept columns' old entries stay in order between the replaced columns, so the new arrays
+    are the old runs and the scanned lists concatenated, piece by piece (contiguous copies: a
+    gather and scatter of every kept entry cost several times more at millions of pairs).
+    ``threads`` > 0: the same arrays by one compiled pass over the columns on that many threads
+    (``_full_numba.merge_lists``) instead of a concatenation of 2 len(cols) + 1 pieces per array."""
+    n = st.n
+    old_ptr = st.ptr
+    new_counts = np.diff(old_ptr)
+    new_counts[cols] = counts
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(new_counts, out=ptr[1:])
     if threads > 0:
-        _commit_to_slots(st, cols, rows, C, R, counts, threads)
+        from budro.solvers import _full_numba
+
+        replaced = np.full(n, -1, dtype=np.int64)
+        replaced[cols] = np.arange(len(cols))
+        off = np.zeros(len(cols) + 1, dtype=np.int64)
+        np.cumsum(counts, out=off[1:])
+        size = int(ptr[-1])
+        new = (np.ascontiguousarray(rows, dtype=st.rows.dtype), np.asarray(C, dtype=np.float64),
+               np.asarray(R, dtype=np.float64), st.labels.astype(st.flat.dtype, copy=False), st.flat.dtype.type(st.K))
+        bufs = getattr(st, "buffers", None)  # the arrays the lists are views of, when _commit made them
+        if bufs is not None and bufs[0].size >= size:
+            # in place: freshly allocated lists cost a page fault per 4 KiB written (a third of
+            # the commit's time at Adult), and a second set of buffers would double their memory
+            _full_numba.merge_lists_in_place(old_ptr, ptr, replaced, off, *bufs, *new)
+        else:  # into new buffers with room for the lists to grow by a quarter
+            room = size + size // 4 + 1024
+            bufs = (np.empty(room, dtype=st.rows.dtype), np.empty(room, dtype=st.flat.dtype), np.empty(room),
+                    np.empty(room))
+            with _sparse_kernels.parallel_threads(threads):
+                _full_numba.merge_lists(old_ptr, ptr, replaced, off, st.rows, st.flat, st.C, st.Ra, *new, *bufs,
+                                        max(1, min(n, 4 * threads)))
+            st.buffers = bufs
+        st.ptr, (st.rows, st.flat, st.C, st.Ra) = ptr, tuple(b[:size] for b in bufs)
     else:
-        ptr, *lists = _compact_lists(st)
-        st.rows, st.flat, st.C, st.Ra = _concatenate_lists(st, lists, cols, rows, C, R, counts, ptr)
-        lens = st.hi - st.lo
-        lens[cols] = counts
-        st.hi = np.cumsum(lens)
-        st.lo = st.hi - lens
-        st.cap, st.end = None, int(st.hi[-1]) if lens.size else 0
+        st.ptr, (st.rows, st.flat, st.C, st.Ra) = ptr, _concatenate_lists(st, cols, rows, C, R, counts, old_ptr)
+        st.buffers = None
     st.X[cols] = X
     st.mask[cols] = masks
     st.mu[cols] = mus
@@ -553,101 +547,9 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, 
         dirty[cols] = True
 
 
-def _commit_to_slots(st, cols, rows, C, R, counts, threads: int) -> None:
-    """The compiled commit: each column's list lies in a slot of ``st.cap[j]`` pairs from
-    ``st.lo[j]`` (slots disjoint, in any order).  A rescanned list that fits its column's slot is
-    written there and nothing else moves (a rescan of a few per cent of the columns used to move
-    every list after the first of them: 46-57 ms a round at Adult, 11 of the 100 s of a fit);
-    one that does not gets a new slot with room (:func:`_room`) after the last.  When the arrays
-    have no room left for those, the slots are first moved up over the ones left empty (in
-    place, in the order they lie) if that frees enough, else the arrays are lengthened (one at a
-    time: the lists keep their places).  The first compiled commit lays every list out in slots
-    of new arrays (in column order).  Lists are written by ``threads`` threads."""
-    from budro.solvers import _full_numba
-
-    new = (np.ascontiguousarray(rows, dtype=st.rows.dtype), np.asarray(C, dtype=np.float64),
-           np.asarray(R, dtype=np.float64), st.labels.astype(st.flat.dtype, copy=False), st.flat.dtype.type(st.K))
-    off = np.zeros(cols.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=off[1:])
-    if getattr(st, "cap", None) is None:
-        want = st.hi - st.lo
-        want[cols] = counts
-        _new_slots(st, _room(want), threads, cols)
-    else:
-        big = counts > st.cap[cols]
-        grow, need = cols[big], _room(counts[big])
-        total = int(need.sum())
-        if grow.size and st.end + total > st.rows.size:
-            st.cap[grow] = 0  # their old lists are dropped
-            st.hi[grow] = st.lo[grow]
-            if st.end - int(st.cap.sum()) >= max(total, st.rows.size // 8):  # enough empty space
-                _compact_slots(st)
-            if st.end + total > st.rows.size:
-                _lengthen(st, st.end + total)
-        if grow.size:
-            st.lo[grow] = st.end + np.cumsum(need) - need
-            st.cap[grow] = need
-            st.end += total
-    with _sparse_kernels.parallel_threads(threads):
-        _full_numba.write_lists(cols, st.lo, off, new[0], new[1], new[2], new[3], new[4], st.rows, st.flat, st.C,
-                                st.Ra, max(1, min(cols.size, 4 * threads)))
-    st.hi[cols] = st.lo[cols] + counts
-
-
-def _spare(size: int) -> int:
-    """Arrays' length for slots ending at ``size``: an eighth more, and 1024."""
-    return size + size // 8 + 1024
-
-
-def _new_slots(st, cap: np.ndarray, threads: int, skip: np.ndarray) -> None:
-    """Every list copied into new arrays, in column order, in slots of ``cap`` pairs (the columns
-    ``skip`` get their slots but no list: theirs are about to be written)."""
-    from budro.solvers import _full_numba
-
-    lo = np.zeros(cap.size, dtype=np.int64)
-    np.cumsum(cap[:-1], out=lo[1:])
-    end = int(cap.sum())
-    room = _spare(end)
-    bufs = (np.empty(room, dtype=st.rows.dtype), np.empty(room, dtype=st.flat.dtype), np.empty(room), np.empty(room))
-    hi = st.hi.copy()
-    hi[skip] = st.lo[skip]
-    with _sparse_kernels.parallel_threads(threads):
-        _full_numba.copy_lists(st.lo, hi, lo, st.rows, st.flat, st.C, st.Ra, *bufs, max(1, min(cap.size, 4 * threads)))
-    st.hi = lo + (hi - st.lo)
-    st.lo, st.cap, st.end = lo, cap.astype(np.int64), end
-    st.rows, st.flat, st.C, st.Ra = bufs
-
-
-def _lengthen(st, size: int) -> None:
-    """The arrays lengthened to hold slots up to ``size`` (with :func:`_spare` room), one at a
-    time (the old and new copies of all four at once would double the lists' memory)."""
-    room = _spare(size)
-    for name in ("rows", "flat", "C", "Ra"):
-        old = getattr(st, name)
-        arr = np.empty(room, dtype=old.dtype)
-        arr[:st.end] = old[:st.end]
-        setattr(st, name, arr)
-        del old, arr
-
-
-def _compact_slots(st) -> None:
-    """The slots moved up over empty space, in place, in the order they lie (each keeps its
-    size; empty slots vanish)."""
-    from budro.solvers import _full_numba
-
-    order = np.argsort(st.lo, kind="stable")
-    cap = st.cap[order]
-    new_lo = np.empty_like(st.lo)
-    new_lo[order] = np.cumsum(cap) - cap
-    _full_numba.compact_lists(order, st.lo, st.hi, new_lo, st.rows, st.flat, st.C, st.Ra)
-    st.hi = new_lo + (st.hi - st.lo)
-    st.lo = new_lo
-    st.end = int(cap.sum())
-
-
-def _concatenate_lists(st: _FullState, lists, cols, rows, C, R, counts, old_ptr) -> list:
-    """:func:`_commit`'s new (rows, flat, C, Ra) by numpy: the old runs (of ``lists``, one after
-    another by ``old_ptr``) and the scanned lists concatenated, piece by piece."""
+def _concatenate_lists(st: _FullState, cols, rows, C, R, counts, old_ptr) -> list:
+    """:func:`_commit`'s new (rows, flat, C, Ra) by numpy: the old runs and the scanned lists
+    concatenated, piece by piece."""
     n = st.n
     # old runs of kept columns: before the first replaced column, between two, after the last
     run_lo = old_ptr[np.concatenate(([0], np.asarray(cols) + 1))]
@@ -659,7 +561,7 @@ def _concatenate_lists(st: _FullState, lists, cols, rows, C, R, counts, old_ptr)
                 + np.repeat(st.labels[cols], counts).astype(np.int64)).astype(st.flat.dtype, copy=False),
                np.asarray(C, dtype=np.float64), np.asarray(R, dtype=np.float64))
     out = []
-    for old, new in zip(lists, scanned):
+    for old, new in zip((st.rows, st.flat, st.C, st.Ra), scanned):
         if len(cols) == n:  # every column rescanned: the scanned lists are the lists
             out.append(np.array(new, dtype=old.dtype))  # a copy: the scan's arrays are not ours
             continue
@@ -702,14 +604,14 @@ def _rescan(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray,
     width = int(max(16, min(cols.size, _BLOCK_BYTES // max(per_col, 1))))
     parts = []
     done = 0
-    pairs = _pairs(st)
+    pairs = int(st.ptr[-1])
     for start in range(0, cols.size, width):
         if budget.expired():
             budget.stopped = "max_seconds"
             break
         block = cols[start:start + width]
         out = _scan_block(solver, st, losses, block, E, q_lo, q_hi, delta, mu)
-        added = int(out[3].sum()) - int((st.hi[block] - st.lo[block]).sum())
+        added = int(out[3].sum()) - int((st.ptr[block + 1] - st.ptr[block]).sum())
         if budget.max_pairs is not None and pairs + added > budget.max_pairs:
             budget.stopped = "max_pairs"
             break
@@ -775,10 +677,9 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
 
         use = _sparse_kernels.kernel_threads(solver.kernel_threads, st.n)
         with _sparse_kernels.parallel_threads(use):
-            down = _full_numba.list_down(st.lo, st.hi, st.flat, st.Ra, losses_flat, max(1, min(st.n, 4 * use)))
+            down = _full_numba.list_down(st.ptr, st.flat, st.Ra, losses_flat, max(1, min(st.n, 4 * use)))
     else:
-        ptr, _, flat, _, Ra = _compact_lists(st)
-        down = np.maximum.reduceat(Ra - losses_flat[flat], ptr[:-1])
+        down = np.maximum.reduceat(st.Ra - losses_flat[st.flat], st.ptr[:-1])
     n, G = st.n, st.X.shape[1]
     B = np.empty(n)
     P = np.full(n, -np.inf)
@@ -849,25 +750,23 @@ def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndar
     K = problem.n_labels
     losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
     if cols is None:
-        n, lo, hi, C, flat, labels, width = st.n, st.lo, st.hi, st.C, st.flat, st.labels, _width(st)
-        ptr = None
+        n, ptr, C, flat, labels, width = st.n, st.ptr, st.C, st.flat, st.labels, st.width
     else:
-        lo = st.lo[cols]
-        lens = st.hi[cols] - lo
+        lo = st.ptr[cols]
+        lens = st.ptr[cols + 1] - lo
         n = cols.size
         ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lens, out=ptr[1:])
         take = np.repeat(lo - ptr[:-1], lens) + np.arange(int(ptr[-1]))
         C, flat, labels = st.C[take], st.flat[take], st.labels[cols]
         width = int(lens.max()) if n else 0
-        lo = hi = None
     # A fresh workspace each time (its outputs are copied below): np.empty only maps pages, and
     # a kept one would stay resident wherever a round once wrote (the early rounds' nearly tied
     # losses write millions of candidates: ~0.5 GB kept for the rest of an Adult fit).
-    ws = _sparse_kernels.Workspace(n, max(int(ptr[-1]) if ptr is not None else _pairs(st), 1))
+    ws = _sparse_kernels.Workspace(n, max(int(ptr[-1]), 1))
     rows, lcols, R, Cc, _, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
         labels, K, C, flat, losses_flat, tau, np.ones(n), threads=solver.kernel_threads, workspace=ws, ptr=ptr,
-        width=width, lo=lo, hi=hi)
+        width=width)
     return (rows.copy(), lcols.copy(), R.copy(), Cc.copy(), starts.copy(), ws.col_count[:n].copy(), edge_e.copy(),
             edge_dc.copy(), ws.edge_count[:n].copy(), last_cost[:n].copy())
 
@@ -944,9 +843,8 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
         return _Candidates(rows=out.rows, cols=out.cols, starts=out.starts, R=out.R, C=out.C, breakpoint_eta=eta,
                            compiled=True)
     losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
-    ptr, l_rows, l_flat, l_C, _ = _compact_lists(st)
-    cols = np.repeat(np.arange(n), np.diff(ptr))
-    rows, cols, R, C = _upper_hulls(l_rows, cols, losses_flat[l_flat], l_C, tau, n)
+    cols = np.repeat(np.arange(n), np.diff(st.ptr))
+    rows, cols, R, C = _upper_hulls(st.rows, cols, losses_flat[st.flat], st.C, tau, n)
     starts = np.searchsorted(cols, np.arange(n))
     cand = _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C)
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C,
@@ -1126,7 +1024,7 @@ def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> T
         "rescanned_columns": int(st.scanned - scanned0),
         "rescans": rescanned,
         "failures": failures,  # per attempt: (columns failing the excluded bound, the hull margin)
-        "list_pairs": _pairs(st),
+        "list_pairs": int(st.ptr[-1]),
         "candidate_pairs": int(cand.rows.size),
         "full_passes": (st.scanned - scanned0) / n,
         "cold_eta": cold_eta,
@@ -1160,10 +1058,9 @@ def _evaluate(solver, problem: TransportProblem, eta: float) -> _DualPoint:
     attempts = 0
     while True:
         n = problem.n
-        ptr, l_rows, l_flat, l_C, _ = _compact_lists(st)
-        cols = np.repeat(np.arange(n), np.diff(ptr))
-        cand = _Candidates(rows=l_rows, cols=cols, starts=ptr[:-1].copy(),
-                           R=problem.losses.reshape(-1)[l_flat], C=l_C, compiled=compiled(solver))
+        cols = np.repeat(np.arange(n), np.diff(st.ptr))
+        cand = _Candidates(rows=st.rows, cols=cols, starts=st.ptr[:-1].copy(),
+                           R=problem.losses.reshape(-1)[st.flat], C=st.C, compiled=compiled(solver))
         point = _dual_plan.evaluate_candidates(solver, problem, cand, float(eta))
         ok, _ = _certify(solver, st, problem, point)
         failing = np.flatnonzero(~ok)

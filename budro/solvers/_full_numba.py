@@ -300,16 +300,15 @@ def scan(cols, jpos, D, sqc_p, kappa, sqc_max, Z, sq, zero_rtol, LTp, LT, labels
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def list_down(lo, hi, flat, Ra, losses_flat, nchunks):
+def list_down(ptr, flat, Ra, losses_flat, nchunks):
     """Per column, the largest fall of a listed row's loss since its anchor: max (Ra - R_t)
-    over column j's list ``lo[j]:hi[j]`` (columns in ``nchunks`` chunks, one task each: every
-    column's value is its own)."""
-    n = lo.size
+    (columns in ``nchunks`` chunks, one task each: every column's value is its own)."""
+    n = ptr.size - 1
     out = np.empty(n)
     for ch in numba.prange(nchunks):
         for j in range(ch * n // nchunks, (ch + 1) * n // nchunks):
-            fj = flat[lo[j]:hi[j]]  # slices from 0 and fmax: vectorised (gathers)
-            rj = Ra[lo[j]:hi[j]]
+            fj = flat[ptr[j]:ptr[j + 1]]  # slices from 0 and fmax: vectorised (gathers)
+            rj = Ra[ptr[j]:ptr[j + 1]]
             m = -np.inf
             for r in range(fj.size):
                 m = fmax(m, rj[r] - losses_flat[fj[r]])
@@ -363,54 +362,78 @@ def group_rise(losses, order, L, starts, groups, out):
             out[g, k] = m
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def write_lists(cols, lo, off, new_rows, new_C, new_R, labels, K, rows, flat, C, Ra, nchunks):
-    """The scanned lists into their slots: column ``cols[t]``'s (``new_*[off[t]:off[t + 1]]``) from
-    ``lo[cols[t]]``, its flat indices made from its rows and label (slots are disjoint: chunks of
-    columns in parallel)."""
-    b = cols.size
-    for ch in numba.prange(nchunks):
-        for t in range(ch * b // nchunks, (ch + 1) * b // nchunks):
-            j = cols[t]
-            dst = lo[j]
-            src = off[t]
-            lab = labels[j]
-            for x in range(off[t + 1] - src):
-                r = new_rows[src + x]
-                rows[dst + x] = r
-                flat[dst + x] = r * K + lab
-                C[dst + x] = new_C[src + x]
-                Ra[dst + x] = new_R[src + x]
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_scanned(j, i, new_ptr, off, new_rows, new_C, new_R, labels, K, rows, flat, C, Ra):
+    """Column j's scanned list (the i-th of ``new_*``, from ``off[i]``) written at ``new_ptr[j]``,
+    its flat indices made from its rows and label."""
+    dst = new_ptr[j]
+    src = off[i]
+    lab = labels[j]
+    for x in range(new_ptr[j + 1] - dst):
+        r = new_rows[src + x]
+        rows[dst + x] = r
+        flat[dst + x] = r * K + lab
+        C[dst + x] = new_C[src + x]
+        Ra[dst + x] = new_R[src + x]
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def copy_lists(lo, hi, new_lo, rows, flat, C, Ra, out_rows, out_flat, out_C, out_Ra, nchunks):
-    """Every column's list ``lo[j]:hi[j]`` copied to ``new_lo[j]`` in other arrays."""
-    n = lo.size
+def merge_lists(old_ptr, new_ptr, replaced, off, old_rows, old_flat, old_C, old_Ra, new_rows, new_C, new_R, labels, K,
+                out_rows, out_flat, out_C, out_Ra, nchunks):
+    """The lists after a rescan (:func:`budro.solvers._dual_full._commit`), in one pass: column j
+    takes the scanned list ``new_*[off[replaced[j]]:]`` where ``replaced[j] >= 0``, else its old
+    list; both are written at ``new_ptr[j]``."""
+    n = old_ptr.size - 1
     for ch in numba.prange(nchunks):
         for j in range(ch * n // nchunks, (ch + 1) * n // nchunks):
-            d = new_lo[j]
-            s = lo[j]
-            for x in range(hi[j] - s):
-                out_rows[d + x] = rows[s + x]
-                out_flat[d + x] = flat[s + x]
-                out_C[d + x] = C[s + x]
-                out_Ra[d + x] = Ra[s + x]
+            i = replaced[j]
+            if i >= 0:
+                _put_scanned(j, i, new_ptr, off, new_rows, new_C, new_R, labels, K, out_rows, out_flat, out_C, out_Ra)
+            else:
+                dst = new_ptr[j]
+                src = old_ptr[j]
+                for x in range(new_ptr[j + 1] - dst):
+                    out_rows[dst + x] = old_rows[src + x]
+                    out_flat[dst + x] = old_flat[src + x]
+                    out_C[dst + x] = old_C[src + x]
+                    out_Ra[dst + x] = old_Ra[src + x]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _move(a, d, s, length):
+    """``a[d:d + length] = a[s:s + length]`` for overlapping ranges (memmove)."""
+    if d < s:
+        for x in range(length):
+            a[d + x] = a[s + x]
+    elif d > s:
+        for x in range(length - 1, -1, -1):
+            a[d + x] = a[s + x]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _move_list(j, old_ptr, new_ptr, rows, flat, C, Ra):
+    """Column j's kept list moved from ``old_ptr[j]`` to ``new_ptr[j]`` in all four arrays."""
+    d, s, length = new_ptr[j], old_ptr[j], old_ptr[j + 1] - old_ptr[j]
+    _move(rows, d, s, length)
+    _move(flat, d, s, length)
+    _move(C, d, s, length)
+    _move(Ra, d, s, length)
 
 
 @numba.njit(cache=True, nogil=True)
-def compact_lists(order, lo, hi, new_lo, rows, flat, C, Ra):
-    """Lists moved towards the start of their own arrays: column ``order[k]``'s list
-    ``lo:hi`` to ``new_lo`` (k increasing; ``new_lo <= lo`` and the columns in increasing ``lo``,
-    so no move overwrites a list that has yet to move)."""
-    for k in range(order.size):
-        j = order[k]
-        d = new_lo[j]
-        s = lo[j]
-        if d == s:
-            continue
-        for x in range(hi[j] - s):
-            rows[d + x] = rows[s + x]
-            flat[d + x] = flat[s + x]
-            C[d + x] = C[s + x]
-            Ra[d + x] = Ra[s + x]
+def merge_lists_in_place(old_ptr, new_ptr, replaced, off, rows, flat, C, Ra, new_rows, new_C, new_R, labels, K):
+    """:func:`merge_lists` inside the arrays themselves (their length at least ``new_ptr[-1]``):
+    no new memory, so no page to fault in.  The kept columns' lists that move towards the start
+    are moved first, in increasing column order, then those that move towards the end, in
+    decreasing order, then the scanned lists are written: in the new layout the columns' ranges
+    are disjoint and in column order, so no move overwrites a list that has yet to move."""
+    n = old_ptr.size - 1
+    for j in range(n):
+        if replaced[j] < 0 and new_ptr[j] < old_ptr[j]:
+            _move_list(j, old_ptr, new_ptr, rows, flat, C, Ra)
+    for j in range(n - 1, -1, -1):
+        if replaced[j] < 0 and new_ptr[j] > old_ptr[j]:
+            _move_list(j, old_ptr, new_ptr, rows, flat, C, Ra)
+    for j in range(n):
+        if replaced[j] >= 0:
+            _put_scanned(j, replaced[j], new_ptr, off, new_rows, new_C, new_R, labels, K, rows, flat, C, Ra)

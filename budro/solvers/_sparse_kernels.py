@@ -182,14 +182,12 @@ def uniform_ptr(n: int, m: int) -> np.ndarray:
 
 def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray,
                       tau: float, weights: np.ndarray, threads: int | None = 1, workspace: Workspace | None = None,
-                      ptr: np.ndarray | None = None, width: int | None = None, lo: np.ndarray | None = None,
-                      hi: np.ndarray | None = None):
+                      ptr: np.ndarray | None = None, width: int | None = None):
     """Run the candidate kernel on lists in increasing cost per column.
 
     ``flat[j, r] = row * K + labels[j]`` indexes ``losses_flat``; ``weights`` are the columns'
     multiplicities (ones for a plain problem).  Lists of any lengths are given flattened, with
-    ``ptr`` (column j is ``flat[ptr[j]:ptr[j + 1]]``, ``C`` likewise) and ``width`` (the longest),
-    or in slots anywhere in ``flat`` and ``C``: column j is ``flat[lo[j]:hi[j]]``.
+    ``ptr`` (column j is ``flat[ptr[j]:ptr[j + 1]]``, ``C`` likewise) and ``width`` (the longest).
     Returns ``(rows, cols, R, C, n_dominance, edges_e, edges_dc, last_cost, starts)``: the
     candidate pairs grouped by column in increasing cost, the number kept by dominance, the exact
     hulls' edges (cost drops times the weights), each column's largest hull cost and where each
@@ -197,19 +195,14 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     the number of columns).
     """
     kern = _kernels()
-    if lo is not None:  # lists in slots: where each column's output starts, from their lengths
-        off = np.zeros(lo.size + 1, dtype=np.int64)
-        np.cumsum(hi - lo, out=off[1:])
-    else:
-        if ptr is None:
-            n, m = flat.shape
-            ptr, width = uniform_ptr(n, m), m
-            flat, C = flat.reshape(-1), C.reshape(-1)
-        lo, hi, off = ptr[:-1], ptr[1:], ptr
-    n = lo.size
-    ws = workspace if workspace is not None else Workspace(n, max(int(off[-1]), 1))
-    args = (int(K), labels, lo, hi, off, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols,
-            ws.out_R, ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, ws.edge_count, int(width))
+    if ptr is None:
+        n, m = flat.shape
+        ptr, width = uniform_ptr(n, m), m
+        flat, C = flat.reshape(-1), C.reshape(-1)
+    n = ptr.size - 1
+    ws = workspace if workspace is not None else Workspace(n, max(int(ptr[-1]), 1))
+    args = (int(K), labels, ptr, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R,
+            ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, ws.edge_count, int(width))
     use = kernel_threads(threads, n)
     if use == 1 or n < 256:
         size, n_dom, n_edge = kern.candidates_serial(*args)
@@ -224,7 +217,7 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
         kern.candidates(bounds, *args, counts)
     starts = ws.starts
     np.cumsum(ws.col_count[:-1], out=starts[1:])
-    first = off[bounds[:-1]]
+    first = ptr[bounds[:-1]]
     pairs = [slice(first[c], first[c] + counts[c, 0]) for c in range(chunks)]
     edges = [slice(first[c] - bounds[c], first[c] - bounds[c] + counts[c, 2]) for c in range(chunks)]
     return (np.concatenate([ws.out_rows[s] for s in pairs]), np.concatenate([ws.out_cols[s] for s in pairs]),
