@@ -23,6 +23,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from budro._lists_numba import sq_distances
+
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _sift_down(key, idx, m, pos):
@@ -83,7 +85,6 @@ def select_rows(D, r0, r1, start, Z, sqc, kappa, sqc_max, out):  # pragma: no co
     so is every candidate.  Otherwise (rare) the m smallest keys of all by a heap."""
     n = D.shape[1]
     m = out.shape[1]
-    p = Z.shape[1]
     ks = min(m * 2 // SAMPLE_STEP + SAMPLE_EXTRA, (n + SAMPLE_STEP - 1) // SAMPLE_STEP)
     sampled = n >= 4 * SAMPLE_STEP * ks and ks > 0
     hkey = np.empty(max(m, ks))
@@ -140,13 +141,7 @@ def select_rows(D, r0, r1, start, Z, sqc, kappa, sqc_max, out):  # pragma: no co
         if c < m:  # cannot happen: the m smallest keys pass the test
             raise RuntimeError("budro._knn_numba: fewer candidates than neighbours")
         # exact costs, the m smallest (stable: ties by row order)
-        for t in range(c):
-            j = cand[t]
-            s = 0.0
-            for d in range(p):
-                diff = Z[j, d] - Z[q, d]
-                s += diff * diff
-            exact[t] = s
+        sq_distances(Z, q, cand, c, exact)
         order = np.argsort(exact[:c], kind="mergesort")
         for t in range(m):
             out[q, t] = cand[order[t]]

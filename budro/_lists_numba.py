@@ -14,10 +14,44 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
+def sq_distances(Z, q, ids, c, out):  # pragma: no cover - compiled
+    """``out[t] = sum_d (Z[ids[t], d] - Z[q, d])^2`` for t < c, summed over d in order (the
+    value of the one-row loop to the bit), four rows at a time: one row's sum is a chain of
+    dependent additions, four independent chains keep the processor busy (Adult's search:
+    the candidates' costs 18 -> 11 us of 59 us a query)."""
+    p = Z.shape[1]
+    t = 0
+    while t + 4 <= c:
+        i0, i1, i2, i3 = ids[t], ids[t + 1], ids[t + 2], ids[t + 3]
+        s0 = s1 = s2 = s3 = 0.0
+        for d in range(p):
+            zq = Z[q, d]
+            a0 = Z[i0, d] - zq
+            a1 = Z[i1, d] - zq
+            a2 = Z[i2, d] - zq
+            a3 = Z[i3, d] - zq
+            s0 += a0 * a0
+            s1 += a1 * a1
+            s2 += a2 * a2
+            s3 += a3 * a3
+        out[t] = s0
+        out[t + 1] = s1
+        out[t + 2] = s2
+        out[t + 3] = s3
+        t += 4
+    for x in range(t, c):
+        i = ids[x]
+        s = 0.0
+        for d in range(p):
+            a = Z[i, d] - Z[q, d]
+            s += a * a
+        out[x] = s
+
+
+@numba.njit(cache=True, nogil=True)
 def finish_rows(Z, idx, start, stop, neighbors, costs):  # pragma: no cover - compiled
     k = idx.shape[1]
     m = neighbors.shape[1]
-    p = Z.shape[1]
     found = np.empty(max(m - 1, 1), dtype=np.int64)
     cost = np.empty(max(m - 1, 1))
     for j in range(start, stop):
@@ -28,13 +62,9 @@ def finish_rows(Z, idx, start, stop, neighbors, costs):  # pragma: no cover - co
             i = idx[j, t]
             if i == j:
                 continue
-            s = 0.0
-            for d in range(p):
-                diff = Z[i, d] - Z[j, d]
-                s += diff * diff
             found[count] = i
-            cost[count] = s
             count += 1
+        sq_distances(Z, j, found, count, cost)
         order = np.argsort(cost[:count], kind="mergesort")  # stable: ties keep the search's order
         neighbors[j, 0] = j
         costs[j, 0] = 0.0
