@@ -373,3 +373,28 @@ def test_compiled_brute_force_sampled_threshold_and_its_fallback(seed, integer, 
     for threads in (1, 2):
         np.testing.assert_array_equal(transport._compiled_brute_force(select_rows, Z, m, threads),
                                       _reference_lists(Z, m))
+
+
+@pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), c=st.integers(0, 23), p=st.integers(1, 9))
+def test_squared_distances_four_at_a_time_equal_one_at_a_time(seed, c, p):
+    """The lists' exact squared distances, four rows at a time, equal the one-row loop's to the
+    bit (each sum in coordinate order), for any count of rows, the query's own row and repeated
+    rows among them."""
+    from budro._lists_numba import sq_distances
+
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(10, p)) * 10.0 ** rng.integers(-3, 4)
+    ids = rng.integers(0, 10, size=c).astype(np.int64)
+    q = int(rng.integers(0, 10))
+    out = np.full(c, np.nan)
+    sq_distances(Z, q, ids, c, out)
+    expected = []
+    for i in ids:
+        s = 0.0
+        for d in range(p):
+            a = float(Z[i, d]) - float(Z[q, d])
+            s += a * a
+        expected.append(s)
+    np.testing.assert_array_equal(out, np.array(expected))
