@@ -94,6 +94,36 @@ def test_smooth_drift_keeps_lists_and_stays_exact(kernel):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
+def test_first_solve_of_a_fit_keeps_lists_for_the_drift_ahead_and_stays_exact(kernel):
+    """After DualSolver.prepare (a fit's rounds follow) the first solve's drift allowance is
+    _COLD_SPREADS loss spreads instead of the minimum (Adult's exact-full fit: round 1 then
+    rescans half the columns instead of all), and every round is exact all the same."""
+    rng = np.random.default_rng(5)
+    n = 300
+    _, labels, Z = make_instance(rng, n, 2, integer=False, d=4)
+    Z[10:30] = Z[0]  # duplicates
+    cost = EmbeddingCost(Z, cache_bytes=0)
+    direction = rng.normal(size=(n, 2))
+    base = np.tile(np.logaddexp(0.0, [0.3, -0.3]), (n, 1))  # a fit's f_0: one loss per label
+    rescans = {}
+    for ahead in (False, True):
+        solver = FullPathSolver(kernel=kernel)
+        if ahead:
+            solver.prepare(n, sparse=False)
+        rescans[ahead] = []
+        for t in range(4):
+            problem = TransportProblem(base + 0.004 * t * direction, labels, cost, 0.4)
+            res = solver.solve(problem)
+            assert_optimal(res, dense(problem), problem)
+            if t == 0:
+                spread = float(np.ptp(problem.losses))
+                assert res.info["delta"] == pytest.approx(
+                    _dual_full._COLD_SPREADS * spread if ahead else _dual_full._DELTA_MIN * spread)
+            rescans[ahead].append(res.info["rescanned_columns"])
+    assert rescans[True][0] == rescans[False][0] == n  # the cold solve scans every column once
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_small_member_cap_shrinks_the_allowance_and_stays_exact(kernel, monkeypatch):
     """Past _KMAX members a column's drift allowance (and hull margin) is divided by 4, 16, 64:
     shorter-lived certificates, more rescans, the same optimum."""

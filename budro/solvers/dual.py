@@ -213,6 +213,9 @@ class DualSolver(Solver):
         525 ms without, in two benchmarks/training.py runs a few minutes apart)."""
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
             raise ValidationError(f"DualSolver.prepare: n must be the number of points (an integer >= 0), got {n!r}")
+        # Rounds of a fit follow: the full path's first solve keeps lists for their drift
+        # (budro.solvers._dual_full._settings).
+        self._rounds_ahead = True
         if not sparse or self.kernel == "numpy" or not _sparse_kernels.installed():
             return
         import threading
