@@ -71,20 +71,30 @@ def test_equal_to_highs_and_dense_over_drifting_rounds(kernel):
         assert_optimal(res, dense(problem), problem)
 
 
+def _drifting(seed: int, n: int, f0: bool = False):
+    """A fit-like sequence: labels, an embedding cost with duplicated points, and the losses of
+    round t (``losses(t)``: a start drifting by 0.004 t along a random direction; ``f0``: the
+    start is one loss per label, as a fit's first model gives)."""
+    rng = np.random.default_rng(seed)
+    _, labels, Z = make_instance(rng, n, 2, integer=False, d=4)
+    Z[10:30] = Z[0]  # duplicates
+    direction = rng.normal(size=(n, 2))
+    if f0:
+        base = np.tile(np.logaddexp(0.0, [0.3, -0.3]), (n, 1))
+    else:
+        base = np.logaddexp(0.0, rng.normal(size=(n, 2)))
+    return labels, EmbeddingCost(Z, cache_bytes=0), lambda t: base + 0.004 * t * direction
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_smooth_drift_keeps_lists_and_stays_exact(kernel):
     """Losses drifting like a boosting fit's: later rounds rescan few columns, each result exact."""
-    rng = np.random.default_rng(1)
     n = 400
-    _, labels, Z = make_instance(rng, n, 2, integer=False, d=4)
-    Z[10:30] = Z[0]  # duplicates
-    cost = EmbeddingCost(Z, cache_bytes=0)
-    direction = rng.normal(size=(n, 2))
-    base = np.logaddexp(0.0, rng.normal(size=(n, 2)))
+    labels, cost, losses = _drifting(1, n)
     solver = FullPathSolver(kernel=kernel)
     rescans = []
     for t in range(10):
-        problem = TransportProblem(base + 0.004 * t * direction, labels, cost, 0.4)
+        problem = TransportProblem(losses(t), labels, cost, 0.4)
         res = solver.solve(problem)
         assert_optimal(res, dense(problem), problem)
         rescans.append(res.info["rescanned_columns"])
@@ -98,13 +108,8 @@ def test_first_solve_of_a_fit_keeps_lists_for_the_drift_ahead_and_stays_exact(ke
     """After DualSolver.prepare (a fit's rounds follow) the first solve's drift allowance is
     _COLD_SPREADS loss spreads instead of the minimum (Adult's exact-full fit: round 1 then
     rescans half the columns instead of all), and every round is exact all the same."""
-    rng = np.random.default_rng(5)
     n = 300
-    _, labels, Z = make_instance(rng, n, 2, integer=False, d=4)
-    Z[10:30] = Z[0]  # duplicates
-    cost = EmbeddingCost(Z, cache_bytes=0)
-    direction = rng.normal(size=(n, 2))
-    base = np.tile(np.logaddexp(0.0, [0.3, -0.3]), (n, 1))  # a fit's f_0: one loss per label
+    labels, cost, losses = _drifting(5, n, f0=True)
     rescans = {}
     for ahead in (False, True):
         solver = FullPathSolver(kernel=kernel)
@@ -112,7 +117,7 @@ def test_first_solve_of_a_fit_keeps_lists_for_the_drift_ahead_and_stays_exact(ke
             solver.prepare(n, sparse=False)
         rescans[ahead] = []
         for t in range(4):
-            problem = TransportProblem(base + 0.004 * t * direction, labels, cost, 0.4)
+            problem = TransportProblem(losses(t), labels, cost, 0.4)
             res = solver.solve(problem)
             assert_optimal(res, dense(problem), problem)
             if t == 0:
