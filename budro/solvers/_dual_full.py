@@ -73,7 +73,6 @@ import numpy as np
 
 from budro.solvers import _dual_plan, _sparse_kernels
 from budro.solvers._dual_plan import (
-    _ABOVE,
     _BELOW,
     _OPTIMAL,
     _Candidates,
@@ -748,9 +747,10 @@ class _KernelOutput:
 _SPLICE_SHARE = 0.25
 
 
-def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray | None, tau: float):
-    """The list kernel on the lists of ``cols`` (sorted; None: every column): (rows, local column,
-    R, C, starts, counts, edge_e, edge_dc, edge_counts, last_cost), copies."""
+def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray | None,
+                tau: float) -> _KernelOutput:
+    """The list kernel on the lists of ``cols`` (sorted; None: every column), its outputs copied;
+    with ``cols``, columns numbered in the order of ``cols``."""
     K = problem.n_labels
     losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
     if cols is None:
@@ -771,28 +771,40 @@ def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndar
     rows, lcols, R, Cc, _, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
         labels, K, C, flat, losses_flat, tau, np.ones(n), threads=solver.kernel_threads, workspace=ws, ptr=ptr,
         width=width)
-    return (rows.copy(), lcols.copy(), R.copy(), Cc.copy(), starts.copy(), ws.col_count[:n].copy(), edge_e.copy(),
-            edge_dc.copy(), ws.edge_count[:n].copy(), last_cost[:n].copy())
+    return _KernelOutput(losses=problem.losses, tau=tau, rows=rows.copy(), cols=lcols.copy(), R=R.copy(),
+                         C=Cc.copy(), starts=starts.copy(), counts=ws.col_count[:n].copy(), edge_e=edge_e.copy(),
+                         edge_dc=edge_dc.copy(), edge_counts=ws.edge_count[:n].copy(),
+                         last_cost=last_cost[:n].copy())
 
 
-def _splice(old: np.ndarray, old_counts: np.ndarray, new: np.ndarray, new_counts: np.ndarray, cols: np.ndarray,
-            counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Per-column runs (``old`` with ``old_counts``, in column order) with the runs of ``cols``
-    replaced by ``new`` (``new_counts``, in the order of ``cols``): the runs of the new layout
-    (``counts``, ``starts``), scattered in one pass each."""
-    out = np.empty(int(counts.sum()), dtype=old.dtype)
+def _splice_plan(old_counts: np.ndarray, new_counts: np.ndarray, cols: np.ndarray, counts: np.ndarray):
+    """Where per-column runs go when the runs of ``cols`` (``new_counts``, in the order of
+    ``cols``) replace theirs among ``old_counts`` (in column order): (the new layout's starts,
+    the old entries kept, their places, the new entries' places); one plan serves every array of
+    that layout (:func:`_splice`)."""
+    starts = np.zeros(counts.size, dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
     keep = np.ones(old_counts.size, dtype=bool)
     keep[cols] = False
     old_starts = np.zeros(old_counts.size, dtype=np.int64)
     np.cumsum(old_counts[:-1], out=old_starts[1:])
     kept = np.repeat(keep, old_counts)
     col_of = np.repeat(np.arange(old_counts.size), old_counts)[kept]
-    dest = starts[col_of] + (np.flatnonzero(kept) - old_starts[col_of])
-    out[dest] = old[kept]
+    old_dest = starts[col_of] + (np.flatnonzero(kept) - old_starts[col_of])
     new_starts = np.zeros(cols.size, dtype=np.int64)
     np.cumsum(new_counts[:-1], out=new_starts[1:])
     which = np.repeat(np.arange(cols.size), new_counts)
-    out[starts[cols][which] + (np.arange(new.size) - new_starts[which])] = new
+    new_dest = starts[cols][which] + (np.arange(int(new_counts.sum())) - new_starts[which])
+    return starts, kept, old_dest, new_dest
+
+
+def _splice(old: np.ndarray, new: np.ndarray, plan) -> np.ndarray:
+    """``old``'s kept runs and ``new``'s runs scattered into the layout of ``plan``
+    (:func:`_splice_plan`), one pass each."""
+    _, kept, old_dest, new_dest = plan
+    out = np.empty(old_dest.size + new_dest.size, dtype=old.dtype)
+    out[old_dest] = old[kept]
+    out[new_dest] = new
     return out
 
 
@@ -802,7 +814,7 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
     kernel runs on the rescanned columns only and their output is spliced into the last one: the
     kernel's output for a column depends on that column's list alone, so this is the output of a
     pass over every column, to the bit (the same arrays in the same order)."""
-    n, K = problem.n, problem.n_labels
+    n = problem.n
     tau = tie_margin(solver, problem)
     if compiled(solver):
         last = st.kernel_output
@@ -812,34 +824,23 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
         if same_round and cols.size == 0:  # nothing rescanned since (a budget stopped it): the same output
             out = last
         elif same_round and cols.size <= _SPLICE_SHARE * n:
-            rows, lcols, R, C, _, counts_f, edge_e, edge_dc, ecount_f, last_f = _run_kernel(solver, st, problem,
-                                                                                             cols, tau)
+            part = _run_kernel(solver, st, problem, cols, tau)
             counts = last.counts.copy()
-            counts[cols] = counts_f
-            starts = np.zeros(n, dtype=np.intp)
-            np.cumsum(counts[:-1], out=starts[1:])
+            counts[cols] = part.counts
+            pairs = _splice_plan(last.counts, part.counts, cols, counts)
             edge_counts = last.edge_counts.copy()
-            edge_counts[cols] = ecount_f
-            edge_starts = np.zeros(n, dtype=np.int64)
-            np.cumsum(edge_counts[:-1], out=edge_starts[1:])
+            edge_counts[cols] = part.edge_counts
+            edges = _splice_plan(last.edge_counts, part.edge_counts, cols, edge_counts)
             last_cost = last.last_cost.copy()
-            last_cost[cols] = last_f
+            last_cost[cols] = part.last_cost
             out = _KernelOutput(
-                losses=problem.losses, tau=tau,
-                rows=_splice(last.rows, last.counts, rows, counts_f, cols, counts, starts),
-                cols=np.repeat(np.arange(n), counts),
-                R=_splice(last.R, last.counts, R, counts_f, cols, counts, starts),
-                C=_splice(last.C, last.counts, C, counts_f, cols, counts, starts),
-                starts=starts, counts=counts,
-                edge_e=_splice(last.edge_e, last.edge_counts, edge_e, ecount_f, cols, edge_counts, edge_starts),
-                edge_dc=_splice(last.edge_dc, last.edge_counts, edge_dc, ecount_f, cols, edge_counts, edge_starts),
+                losses=problem.losses, tau=tau, rows=_splice(last.rows, part.rows, pairs),
+                cols=np.repeat(np.arange(n), counts), R=_splice(last.R, part.R, pairs),
+                C=_splice(last.C, part.C, pairs), starts=pairs[0].astype(np.intp), counts=counts,
+                edge_e=_splice(last.edge_e, part.edge_e, edges), edge_dc=_splice(last.edge_dc, part.edge_dc, edges),
                 edge_counts=edge_counts, last_cost=last_cost)
         else:
-            rows, cols, R, C, starts, counts, edge_e, edge_dc, edge_counts, last_cost = _run_kernel(
-                solver, st, problem, None, tau)
-            out = _KernelOutput(losses=problem.losses, tau=tau, rows=rows, cols=cols, R=R, C=C, starts=starts,
-                                counts=counts, edge_e=edge_e, edge_dc=edge_dc, edge_counts=edge_counts,
-                                last_cost=last_cost)
+            out = _run_kernel(solver, st, problem, None, tau)
         st.kernel_output = out
         st.dirty = np.zeros(n, dtype=bool)
         need = float(out.last_cost.sum()) - n * problem.eps

@@ -38,18 +38,16 @@ def _exact_cost(Z, sq, i, j, zero_rtol):
     """``C_ij`` by :meth:`budro.transport.EmbeddingCost.entries`'s formula and zero-snapping."""
     if i == j:
         return 0.0
-    s = sq[i] + sq[j]
     d = 0.0
     for k in range(Z.shape[1]):
         d += Z[i, k] * Z[j, k]
-    c = s - 2.0 * d
-    if c <= zero_rtol * s:
-        return 0.0
-    return c
+    return _snap(sq[i] + sq[j], d, zero_rtol)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _snap(s, d, zero_rtol):
+    """The cost ``s - 2 d`` from the squared norms' sum and the dot product, 0 where it is within
+    the zero tolerance of ``s`` (the cost's own zero-snapping)."""
     c = s - 2.0 * d
     if c <= zero_rtol * s:
         return 0.0
