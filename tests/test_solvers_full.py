@@ -360,8 +360,8 @@ def test_solver_kit_on_the_full_path():
 @pytest.mark.parametrize("share", [0.0, 0.05, 0.5, 1.0])
 def test_commit_replaces_exactly_the_rescanned_lists(share, threads, index):
     """_commit against a reference built column by column: the rescanned columns get their new
-    lists, every other column keeps its old one (order, rows, costs, anchors' losses); by numpy's
-    concatenation and by the compiled merge on one or two threads."""
+    lists, every other column keeps its old one (order, rows, costs); by numpy's concatenation and
+    by the compiled merge on one or two threads."""
     if threads and not _sparse_kernels.available():
         pytest.skip("numba is not installed (pip install 'budro[fast]')")
     from types import SimpleNamespace
@@ -375,30 +375,28 @@ def test_commit_replaces_exactly_the_rescanned_lists(share, threads, index):
     np.cumsum(counts, out=ptr[1:])
     labels = rng.integers(0, K, n)
     rows = rng.integers(0, n, int(ptr[-1])).astype(index)
-    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=ptr, rows=rows, flat=(rows * K + np.repeat(labels, counts)).astype(index),
-                         C=rng.random(rows.size), Ra=rng.random(rows.size), X=np.zeros((n, 2, 2)),
+    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=ptr, flat=(rows * K + np.repeat(labels, counts)).astype(index),
+                         C=rng.random(rows.size), X=np.zeros((n, 2, 2)),
                          mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
     cols = np.sort(rng.choice(n, int(share * n), replace=False))
     new_counts = rng.integers(1, 9, cols.size)
     total = int(new_counts.sum())
-    new_rows, new_C, new_R = rng.integers(0, n, total).astype(np.intp), rng.random(total), rng.random(total)
-    expected = {j: (rows[ptr[j]:ptr[j + 1]], st.C[ptr[j]:ptr[j + 1]], st.Ra[ptr[j]:ptr[j + 1]]) for j in range(n)}
+    new_rows, new_C = rng.integers(0, n, total).astype(np.intp), rng.random(total)
+    expected = {j: (rows[ptr[j]:ptr[j + 1]], st.C[ptr[j]:ptr[j + 1]]) for j in range(n)}
     off = np.concatenate(([0], np.cumsum(new_counts)))
     for i, j in enumerate(cols):
-        expected[j] = (new_rows[off[i]:off[i + 1]], new_C[off[i]:off[i + 1]], new_R[off[i]:off[i + 1]])
-    _dual_full._commit(st, cols, new_rows, new_C, new_R, new_counts, np.ones((cols.size, 2, 2)),
+        expected[j] = (new_rows[off[i]:off[i + 1]], new_C[off[i]:off[i + 1]])
+    _dual_full._commit(st, cols, new_rows, new_C, new_counts, np.ones((cols.size, 2, 2)),
                        np.ones(cols.size, dtype=np.int64), np.ones(cols.size), 7, threads=threads)
     for j in range(n):
         a, b = st.ptr[j], st.ptr[j + 1]
-        np.testing.assert_array_equal(st.rows[a:b], expected[j][0])
         np.testing.assert_array_equal(st.C[a:b], expected[j][1])
-        np.testing.assert_array_equal(st.Ra[a:b], expected[j][2])
         np.testing.assert_array_equal(st.flat[a:b], expected[j][0] * K + labels[j])
     assert (st.anchor_of[cols] == 7).all() and (np.delete(st.anchor_of, cols) == 0).all()
-    assert st.rows.dtype == index and st.flat.dtype == rows.dtype
+    assert st.flat.dtype == rows.dtype
     if cols.size:
         new_rows[:] = -1  # the state does not share the scan's arrays
-        assert (st.rows >= 0).all()
+        assert (st.flat >= 0).all()
 
 
 @pytest.mark.parametrize("threads", [0, 2], ids=["numpy", "compiled"])
@@ -416,10 +414,9 @@ def test_commits_in_a_row_keep_every_list(threads):
     rng = np.random.default_rng(31)
     n, K = 200, 2
     labels = rng.integers(0, K, n)
-    ref = {j: (np.array([j]), np.zeros(1), rng.random(1)) for j in range(n)}
+    ref = {j: (np.array([j]), np.zeros(1)) for j in range(n)}
     st = SimpleNamespace(n=n, K=K, labels=labels, ptr=np.arange(n + 1, dtype=np.int64),
-                         rows=np.arange(n, dtype=np.int32), flat=(np.arange(n) * K + labels).astype(np.int32),
-                         C=np.zeros(n), Ra=np.concatenate([ref[j][2] for j in range(n)]), X=np.zeros((n, 2, 2)),
+                         flat=(np.arange(n) * K + labels).astype(np.int32), C=np.zeros(n), X=np.zeros((n, 2, 2)),
                          mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
     in_place = 0
     for step in range(25):
@@ -431,22 +428,19 @@ def test_commits_in_a_row_keep_every_list(threads):
         high = 3 if step > 15 else 40  # long lists first, then short ones: moves towards the start
         new_counts = rng.integers(1, high, cols.size)
         total = int(new_counts.sum())
-        new_rows, new_C, new_R = rng.integers(0, n, total), rng.random(total), rng.random(total)
+        new_rows, new_C = rng.integers(0, n, total), rng.random(total)
         off = np.concatenate(([0], np.cumsum(new_counts)))
         for i, j in enumerate(cols):
-            ref[j] = (new_rows[off[i]:off[i + 1]].copy(), new_C[off[i]:off[i + 1]].copy(),
-                      new_R[off[i]:off[i + 1]].copy())
+            ref[j] = (new_rows[off[i]:off[i + 1]].copy(), new_C[off[i]:off[i + 1]].copy())
         before = getattr(st, "buffers", None)
-        _dual_full._commit(st, cols, new_rows, new_C, new_R, new_counts, np.ones((cols.size, 2, 2)),
+        _dual_full._commit(st, cols, new_rows, new_C, new_counts, np.ones((cols.size, 2, 2)),
                            np.ones(cols.size, dtype=np.int64), np.ones(cols.size), step, threads=threads)
         in_place += before is not None and st.buffers is before
         for j in range(n):
             a, b = st.ptr[j], st.ptr[j + 1]
-            np.testing.assert_array_equal(st.rows[a:b], ref[j][0])
             np.testing.assert_array_equal(st.flat[a:b], ref[j][0] * K + labels[j])
             np.testing.assert_array_equal(st.C[a:b], ref[j][1])
-            np.testing.assert_array_equal(st.Ra[a:b], ref[j][2])
-        assert st.rows.dtype == np.int32 and st.flat.dtype == np.int32
+        assert st.flat.dtype == np.int32
     assert (in_place > 10) if threads else (getattr(st, "buffers", None) is None)
 
 
@@ -479,6 +473,40 @@ def test_lists_longer_than_the_scan_room_are_rescanned_alone_with_the_same_resul
     assert_optimal(solver.solve(problem), dense(problem), problem)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_anchor_ids_are_reused_and_keep_their_losses(kernel, monkeypatch):
+    """Anchors live under reused ids, their losses rows of one table: over many drifting rounds
+    with a small anchor limit (_MAX_ANCHORS: the oldest anchors' columns are rescanned), every
+    live anchor's row holds the losses it was made at, every column points to a live anchor,
+    the table stays within the limit plus its growth step, and every round is exact."""
+    monkeypatch.setattr(_dual_full, "_MAX_ANCHORS", 8)
+    made = {}
+    registered = []
+    register = _dual_full._register
+
+    def recording(st_, anc, losses):
+        a = register(st_, anc, losses)
+        made[a] = losses.copy()
+        registered.append(a)
+        return a
+
+    monkeypatch.setattr(_dual_full, "_register", recording)
+    n = 240
+    labels, cost, losses = _drifting(7, n)
+    solver = FullPathSolver(kernel=kernel)
+    for t in range(14):
+        problem = TransportProblem(losses(3 * t), labels, cost, 0.4)  # fast drift: many rescans
+        assert_optimal(solver.solve(problem), dense(problem), problem)
+    st_ = solver._full_state
+    assert len(registered) > len(set(registered))  # ids were reused
+    live = set(np.unique(st_.anchor_of).tolist())
+    assert live <= set(st_.anchors)
+    for a in live:
+        np.testing.assert_array_equal(st_.anchor_losses[a], made[a].reshape(-1))
+    assert st_.anchor_losses.shape[0] <= 8 + 8
+    assert len(st_.anchors) <= 9
+
+
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="the compiled rise needs numba")
 @pytest.mark.parametrize("seed", range(5))
 def test_compiled_group_rise_equals_numpy(seed):
@@ -490,9 +518,9 @@ def test_compiled_group_rise_equals_numpy(seed):
     anchor_losses = np.round(rng.random((n, K)), 2)
     anc = _dual_full._new_anchor(st_, anchor_losses, np.array([0.1, 0.2, 0.3, 0.6]), 0.01)
     later = anchor_losses + np.round(rng.normal(scale=0.05, size=(n, K)), 3)
-    a = anc.up(later, G, 1, compiled=False)
+    a = anc.up(later, anchor_losses, G, 1, compiled=False)
     anc._drift = None
-    b = anc.up(later, G, 1, compiled=True)
+    b = anc.up(later, anchor_losses, G, 1, compiled=True)
     np.testing.assert_array_equal(a, b)
     assert np.isneginf(a[G - 2:]).all()
 
@@ -500,8 +528,9 @@ def test_compiled_group_rise_equals_numpy(seed):
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
 @pytest.mark.parametrize("nchunks", [1, 3, 8])
 def test_list_down_equals_numpy_on_any_chunking(nchunks):
-    """The certificate's per-column largest fall since the anchor, compiled in chunks of columns,
-    equals numpy's reduceat entry for entry (lists of any lengths, one of them a single pair)."""
+    """The certificate's per-column largest fall since the column's anchor (each anchor's losses a
+    row of a table), compiled in chunks of the columns in any order, equals numpy's reduceat entry
+    for entry (lists of any lengths, one of them a single pair; five anchors)."""
     from budro.solvers import _full_numba
 
     rng = np.random.default_rng(nchunks)
@@ -510,9 +539,76 @@ def test_list_down_equals_numpy_on_any_chunking(nchunks):
     counts[7] = 1
     ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     flat = rng.integers(0, n * K, int(ptr[-1])).astype(np.int32)
-    Ra, losses_flat = rng.random(int(ptr[-1])), rng.random(n * K)
+    anchor_of = rng.integers(0, 5, n)
+    table, losses_flat = rng.random((5, n * K)), rng.random(n * K)
+    Ra = table[np.repeat(anchor_of, counts), flat]  # each pair's loss at its column's anchor
     expected = np.maximum.reduceat(Ra - losses_flat[flat], ptr[:-1])
-    np.testing.assert_array_equal(_full_numba.list_down(ptr, flat, Ra, losses_flat, nchunks), expected)
+    for cols in (np.arange(n), np.argsort(anchor_of, kind="stable"), rng.permutation(n)):  # any order of the columns
+        out = np.full(n, np.nan)
+        _full_numba.list_down(ptr, flat, cols, anchor_of, table, losses_flat, out, nchunks)
+        np.testing.assert_array_equal(out, expected)
+    some = np.sort(rng.choice(n, 9, replace=False))  # a subset: only its entries are written
+    out = np.full(n, np.nan)
+    _full_numba.list_down(ptr, flat, some, anchor_of, table, losses_flat, out, nchunks)
+    np.testing.assert_array_equal(out[some], expected[some])
+    assert np.isnan(np.delete(out, some)).all()
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+def test_certificate_falls_kept_within_a_solve_equal_a_fresh_pass(monkeypatch):
+    """A solve's later certificates (the same losses, after rescans) compute the lists' falls
+    again only for the columns committed since: after every certificate of drifting rounds with
+    rescans, the kept falls equal numpy's pass over every list."""
+    checked = []
+    certify = _dual_full._certify
+
+    def checking(solver, st_, problem, point):
+        out = certify(solver, st_, problem, point)
+        Ra = st_.anchor_losses[np.repeat(st_.anchor_of, np.diff(st_.ptr)), st_.flat]
+        fresh = np.maximum.reduceat(Ra - problem.losses.reshape(-1)[st_.flat], st_.ptr[:-1])
+        np.testing.assert_array_equal(st_.down[2], fresh)
+        checked.append(st_.stamp)
+        return out
+
+    monkeypatch.setattr(_dual_full, "_certify", checking)
+    n = 300
+    labels, cost, losses = _drifting(9, n)
+    solver = FullPathSolver(kernel="numba")
+    for t in range(6):
+        problem = TransportProblem(losses(4 * t), labels, cost, 0.4)
+        assert_optimal(solver.solve(problem), dense(problem), problem)
+    assert len(checked) > len(set(checked))  # some solves certified more than once (after rescans)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_certificate_equals_numpy(seed):
+    """The certificate's bounds by the compiled pass over the columns and by numpy's loop over
+    anchors: the same verdicts and upper bounds to the bit, at etas below, inside and past the
+    anchors' grids, on a state of many anchors with hull-pruned rows (drifting rounds)."""
+    n = 300
+    labels, cost, losses = _drifting(20 + seed, n)
+    solver = FullPathSolver(kernel="numba")
+    for t in range(6):
+        problem = TransportProblem(losses(4 * t), labels, cost, 0.4)
+        res = solver.solve(problem)
+    st_ = solver._full_state
+    assert len(st_.anchors) > 2 and np.any(st_.mask != 0)
+    later = TransportProblem(losses(30), labels, cost, 0.4)  # drifted on: some columns fail
+    numpy_solver = FullPathSolver(kernel="numpy")
+    verdicts = []
+    for eta in (0.0, 0.5 * res.eta, res.eta, 3.0 * res.eta, 100.0 * res.eta):
+        point = _dual_full._dual_plan.evaluate_candidates(
+            solver, later, _dual_full._candidates(solver, st_, later), eta)
+        ok1, up1 = _dual_full._certify(solver, st_, later, point)
+        failures1 = st_.last_failures
+        ok2, up2 = _dual_full._certify(numpy_solver, st_, later, point)
+        np.testing.assert_array_equal(ok1, ok2)
+        np.testing.assert_array_equal(up1, up2)
+        assert failures1 == st_.last_failures
+        verdicts.append(ok1)
+    verdicts = np.array(verdicts)
+    assert verdicts.any() and not verdicts.all()  # columns certified and columns failing
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -145,30 +145,31 @@ def compiled(solver) -> bool:
 
 @dataclass(eq=False)
 class _Anchor:
-    """The losses a set of columns was scanned at (rows in group order) and the scan's grid."""
+    """A scan's grid and row groups; the losses it was made at are row ``id`` of the state's
+    ``anchor_losses`` (:func:`_register`), in natural row order."""
 
     E: np.ndarray
     mu: float
-    L: np.ndarray  # (n, K) losses[order]
     order: np.ndarray
     starts: np.ndarray  # starts of the non-empty groups in `order`
     groups: np.ndarray  # their group ids
     top: np.ndarray  # (G, K) largest loss per group at the anchor (NONE for empty groups)
     _drift: tuple | None = None
 
-    def up(self, losses: np.ndarray, G: int, stamp: int, compiled: bool = False) -> np.ndarray:
-        """(G, K): the largest rise of a loss since the anchor, per group (-inf for empty groups);
-        ``compiled``: in one pass of a compiled kernel without temporaries (the same values)."""
+    def up(self, losses: np.ndarray, A: np.ndarray, G: int, stamp: int, compiled: bool = False) -> np.ndarray:
+        """(G, K): the largest rise of a loss since the anchor (whose losses are ``A``, n x K), per
+        group (-inf for empty groups); ``compiled``: in one pass of a compiled kernel without
+        temporaries (the same values)."""
         if self._drift is not None and self._drift[0] == stamp and self._drift[2] is losses:
             return self._drift[1]
         out = np.full((G, losses.shape[1]), -np.inf)
         if compiled:
             from budro.solvers import _full_numba
 
-            _full_numba.group_rise(np.ascontiguousarray(losses, dtype=np.float64), self.order, self.L, self.starts,
+            _full_numba.group_rise(np.ascontiguousarray(losses, dtype=np.float64), self.order, A, self.starts,
                                    self.groups, out)
         else:
-            out[self.groups] = np.maximum.reduceat(losses[self.order] - self.L, self.starts, axis=0)
+            out[self.groups] = np.maximum.reduceat((losses - A)[self.order], self.starts, axis=0)
         self._drift = (stamp, out, losses)
         return out
 
@@ -182,16 +183,15 @@ class _FullState:
     sqc: np.ndarray
     kappa: float  # error of a scanned cost: kappa * (sqc_max + sqc_j)
     ptr: np.ndarray
-    rows: np.ndarray
-    flat: np.ndarray
+    flat: np.ndarray  # the listed pairs' flat indices row * K + the column's label (their rows: flat // K)
     C: np.ndarray
-    Ra: np.ndarray  # anchor losses of the listed pairs
     anchor_of: np.ndarray
     mask: np.ndarray
     mu: np.ndarray  # each column's hull margin
     X: np.ndarray  # (n, G, Q)
+    #: Row a: the losses (flattened, natural row order) of the anchor with id a (ids are reused).
+    anchor_losses: np.ndarray | None = None
     anchors: dict = field(default_factory=dict)
-    next_id: int = 0
     gid: np.ndarray | None = None
     previous: np.ndarray | None = None
     rate: float = 0.0
@@ -204,9 +204,13 @@ class _FullState:
     losses_t: tuple | None = None
     #: The compiled scan's block of dot products, reused from block to block (or None).
     dots: np.ndarray | None = None
-    #: The arrays that rows, flat, C and Ra are the leading parts of (a compiled commit's, with
-    #: room to grow: the next commit merges in place), or None.
+    #: The arrays that flat and C are the leading parts of (a compiled commit's, with room to
+    #: grow: the next commit merges in place), or None.
     buffers: tuple | None = None
+    #: The certificate's per-column falls (stamp, losses, values) and the columns committed since
+    #: they were computed (a bool mask).
+    down: tuple | None = None
+    down_stale: np.ndarray | None = None
     #: The compiled list kernel's output of the last restricted solve (:class:`_KernelOutput`),
     #: and the columns whose lists were replaced since (a bool mask), or None.
     kernel_output: "_KernelOutput | None" = None
@@ -215,6 +219,11 @@ class _FullState:
     @property
     def n(self) -> int:
         return self.sqc.size
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The listed pairs' rows (computed from ``flat``)."""
+        return self.flat // self.K
 
     @property
     def width(self) -> int:
@@ -242,16 +251,12 @@ def _state(solver, problem: TransportProblem) -> _FullState:
     flat = _flat(np.arange(n), labels, K).astype(index)
     st = _FullState(
         cost=cost, labels=labels.copy(), K=K, Zc=Zs, sqc=sqc, kappa=float(kappa),
-        ptr=np.arange(n + 1, dtype=np.int64), rows=np.arange(n, dtype=index), flat=flat, C=np.zeros(n),
-        Ra=problem.losses[np.arange(n), labels].copy(), anchor_of=np.zeros(n, dtype=np.int64),
+        ptr=np.arange(n + 1, dtype=np.int64), flat=flat, C=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64),
         mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), X=np.empty((n, _GROUPS, _Q)),
     )
     st.gid = np.zeros(n, dtype=np.int8)
     anc = _new_anchor(st, problem.losses, np.arange(_Q, dtype=np.float64), 0.0)
-    anc_id = st.next_id
-    st.anchors[anc_id] = anc
-    st.next_id += 1
-    st.anchor_of[:] = anc_id
+    st.anchor_of[:] = _register(st, anc, problem.losses)
     top = np.maximum.reduce(problem.losses, axis=0)  # every row in group 0: the largest loss per label
     st.X.fill(_NONE)
     st.X[:, 0, :] = top[labels][:, None]
@@ -263,8 +268,8 @@ _NONE = -1e300
 
 
 def _index_dtype(n: int, K: int):
-    """The lists' row and flat-index type: int32 where ``n K`` fits (4 bytes less per listed pair
-    in each, in memory and in every pass over the lists), else int64."""
+    """The lists' flat-index type: int32 where ``n K`` fits (4 bytes less per listed pair, in
+    memory and in every pass over the lists), else int64."""
     return np.int32 if n * K < np.iinfo(np.int32).max else np.int64
 
 
@@ -277,12 +282,32 @@ def _new_anchor(st: _FullState, losses: np.ndarray, E: np.ndarray, mu: float) ->
     order = np.argsort(gid, kind="stable")
     g_sorted = gid[order]
     starts = np.flatnonzero(np.concatenate(([True], g_sorted[1:] != g_sorted[:-1])))
-    L = np.ascontiguousarray(losses[order])
     groups = g_sorted[starts].astype(np.intp)
     top = np.full((_GROUPS, losses.shape[1]), _NONE)
-    top[groups] = np.maximum.reduceat(L, starts, axis=0)
-    return _Anchor(E=np.asarray(E, dtype=np.float64), mu=float(mu), L=L, order=order, starts=starts, groups=groups,
+    top[groups] = np.maximum.reduceat(losses[order], starts, axis=0)
+    return _Anchor(E=np.asarray(E, dtype=np.float64), mu=float(mu), order=order, starts=starts, groups=groups,
                    top=top)
+
+
+def _register(st: _FullState, anc: _Anchor, losses: np.ndarray) -> int:
+    """Keep ``anc`` alive under the smallest free id, its losses in that row of
+    ``st.anchor_losses`` (which grows by 8 rows when full); returns the id."""
+    width = losses.size
+    table = st.anchor_losses
+    if table is None or table.shape[1] != width:
+        table = st.anchor_losses = np.empty((8, width))
+    free = np.ones(table.shape[0], dtype=bool)
+    free[[a for a in st.anchors if a < free.size]] = False
+    if not free.any():
+        grown = np.empty((table.shape[0] + 8, width))
+        grown[:table.shape[0]] = table
+        table = st.anchor_losses = grown
+        free = np.zeros(table.shape[0], dtype=bool)
+        free[-8:] = True
+    a = int(np.argmax(free))
+    table[a] = losses.reshape(-1)
+    st.anchors[a] = anc
+    return a
 
 
 def _observe(st: _FullState, losses: np.ndarray) -> None:
@@ -500,7 +525,7 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
             np.concatenate((out_R[take], R2[take2]))[by_col], counts, X, masks, mus)
 
 
-def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, *, threads: int = 0) -> None:
+def _commit(st: _FullState, cols, rows, C, counts, X, masks, mus, anchor_id, *, threads: int = 0) -> None:
     """Replace the lists of ``cols`` (sorted) by the scanned ones.
 
     The kept columns' old entries stay in order between the replaced columns, so the new arrays
@@ -522,8 +547,8 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, 
         off = np.zeros(len(cols) + 1, dtype=np.int64)
         np.cumsum(counts, out=off[1:])
         size = int(ptr[-1])
-        new = (np.ascontiguousarray(rows, dtype=st.rows.dtype), np.asarray(C, dtype=np.float64),
-               np.asarray(R, dtype=np.float64), st.labels.astype(st.flat.dtype, copy=False), st.flat.dtype.type(st.K))
+        new = (np.ascontiguousarray(rows, dtype=np.int64), np.asarray(C, dtype=np.float64),
+               st.labels.astype(st.flat.dtype, copy=False), st.flat.dtype.type(st.K))
         bufs = getattr(st, "buffers", None)  # the arrays the lists are views of, when _commit made them
         if bufs is not None and bufs[0].size >= size:
             # in place: freshly allocated lists cost a page fault per 4 KiB written (a third of
@@ -531,40 +556,39 @@ def _commit(st: _FullState, cols, rows, C, R, counts, X, masks, mus, anchor_id, 
             _full_numba.merge_lists_in_place(old_ptr, ptr, replaced, off, *bufs, *new)
         else:  # into new buffers with room for the lists to grow by a quarter
             room = size + size // 4 + 1024
-            bufs = (np.empty(room, dtype=st.rows.dtype), np.empty(room, dtype=st.flat.dtype), np.empty(room),
-                    np.empty(room))
+            bufs = (np.empty(room, dtype=st.flat.dtype), np.empty(room))
             with _sparse_kernels.parallel_threads(threads):
-                _full_numba.merge_lists(old_ptr, ptr, replaced, off, st.rows, st.flat, st.C, st.Ra, *new, *bufs,
+                _full_numba.merge_lists(old_ptr, ptr, replaced, off, st.flat, st.C, *new, *bufs,
                                         max(1, min(n, 4 * threads)))
             st.buffers = bufs
-        st.ptr, (st.rows, st.flat, st.C, st.Ra) = ptr, tuple(b[:size] for b in bufs)
+        st.ptr, (st.flat, st.C) = ptr, tuple(b[:size] for b in bufs)
     else:
-        st.ptr, (st.rows, st.flat, st.C, st.Ra) = ptr, _concatenate_lists(st, cols, rows, C, R, counts, old_ptr)
+        st.ptr, (st.flat, st.C) = ptr, _concatenate_lists(st, cols, rows, C, counts, old_ptr)
         st.buffers = None
     st.X[cols] = X
     st.mask[cols] = masks
     st.mu[cols] = mus
     st.anchor_of[cols] = anchor_id
-    dirty = getattr(st, "dirty", None)  # (tests commit into plain namespaces)
-    if dirty is not None:
-        dirty[cols] = True
+    for name in ("dirty", "down_stale"):  # (tests commit into plain namespaces)
+        mask = getattr(st, name, None)
+        if mask is not None:
+            mask[cols] = True
 
 
-def _concatenate_lists(st: _FullState, cols, rows, C, R, counts, old_ptr) -> list:
-    """:func:`_commit`'s new (rows, flat, C, Ra) by numpy: the old runs and the scanned lists
-    concatenated, piece by piece."""
+def _concatenate_lists(st: _FullState, cols, rows, C, counts, old_ptr) -> list:
+    """:func:`_commit`'s new (flat, C) by numpy: the old runs and the scanned lists concatenated,
+    piece by piece."""
     n = st.n
     # old runs of kept columns: before the first replaced column, between two, after the last
     run_lo = old_ptr[np.concatenate(([0], np.asarray(cols) + 1))]
     run_hi = old_ptr[np.concatenate((cols, [n]))]
     off = np.zeros(len(cols) + 1, dtype=np.int64)
     np.cumsum(counts, out=off[1:])
-    scanned = (np.asarray(rows).astype(st.rows.dtype, copy=False),
-               (np.asarray(rows, dtype=np.int64) * st.K
+    scanned = ((np.asarray(rows, dtype=np.int64) * st.K
                 + np.repeat(st.labels[cols], counts).astype(np.int64)).astype(st.flat.dtype, copy=False),
-               np.asarray(C, dtype=np.float64), np.asarray(R, dtype=np.float64))
+               np.asarray(C, dtype=np.float64))
     out = []
-    for old, new in zip((st.rows, st.flat, st.C, st.Ra), scanned):
+    for old, new in zip((st.flat, st.C), scanned):
         if len(cols) == n:  # every column rescanned: the scanned lists are the lists
             out.append(np.array(new, dtype=old.dtype))  # a copy: the scan's arrays are not ours
             continue
@@ -600,8 +624,6 @@ def _rescan(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray,
     E, q_lo, q_hi = _grid(eta_ref, w, scale_eta, _trend(st, w))
     mu = delta if math.isfinite(delta) else _mu_fallback(losses)
     anc = _new_anchor(st, losses, E, mu)
-    anchor_id = st.next_id
-    st.next_id += 1
     # the compiled scan holds one (b, n) block of dot products; numpy's pass a dozen of float64
     per_col = st.Zc.dtype.itemsize * st.n if compiled(solver) else 96 * st.n
     width = int(max(16, min(cols.size, _BLOCK_BYTES // max(per_col, 1))))
@@ -623,16 +645,15 @@ def _rescan(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray,
         done += block.size
     if not parts:
         return 0
-    st.anchors[anchor_id] = anc
+    anchor_id = _register(st, anc, losses)
     blocks = np.concatenate([p[0] for p in parts])
     rows = np.concatenate([p[1][0] for p in parts])
     C = np.concatenate([p[1][1] for p in parts])
-    R = np.concatenate([p[1][2] for p in parts])
     counts = np.concatenate([p[1][3] for p in parts])
     X = np.concatenate([p[1][4] for p in parts])
     masks = np.concatenate([p[1][5] for p in parts])
     mus = np.concatenate([p[1][6] for p in parts])
-    _commit(st, blocks, rows, C, R, counts, X, masks, mus, anchor_id,
+    _commit(st, blocks, rows, C, counts, X, masks, mus, anchor_id,
             threads=_sparse_kernels.kernel_threads(solver.kernel_threads, None) if compiled(solver) else 0)
     st.scanned += done
     return done
@@ -675,25 +696,49 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
     v_top = v + 2.0 * solver.tie_rtol * (scale + np.abs(v))  # >= the list maximum
     room = tau + 1e-12 * (scale + np.abs(v))
     losses_flat = losses.reshape(-1)
+    order = np.argsort(st.anchor_of, kind="stable")  # the columns by anchor
     if compiled(solver):
         from budro.solvers import _full_numba
 
+        # The falls do not depend on eta: within a call (the same losses, st.stamp) only the
+        # columns committed since the last certificate are computed again
+        cached = st.down
+        if cached is not None and cached[0] == st.stamp and cached[1] is losses:
+            down, stale = cached[2], st.down_stale
+            cols = order[stale[order]]
+        else:
+            down, cols = np.empty(st.n), order
         use = _sparse_kernels.kernel_threads(solver.kernel_threads, st.n)
-        with _sparse_kernels.parallel_threads(use):
-            down = _full_numba.list_down(st.ptr, st.flat, st.Ra, losses_flat, max(1, min(st.n, 4 * use)))
+        if cols.size:
+            with _sparse_kernels.parallel_threads(use):
+                _full_numba.list_down(st.ptr, st.flat, cols, st.anchor_of, st.anchor_losses, losses_flat, down,
+                                      max(1, min(cols.size, 4 * use)))
+        st.down = (st.stamp, losses, down)
+        st.down_stale = np.zeros(st.n, dtype=bool)
     else:
-        down = np.maximum.reduceat(st.Ra - losses_flat[st.flat], st.ptr[:-1])
+        Ra = st.anchor_losses[np.repeat(st.anchor_of, np.diff(st.ptr)), st.flat]  # the pairs' anchor losses
+        down = np.maximum.reduceat(Ra - losses_flat[st.flat], st.ptr[:-1])
     n, G = st.n, st.X.shape[1]
     B = np.empty(n)
     P = np.full(n, -np.inf)
     mu = st.mu
-    order = np.argsort(st.anchor_of, kind="stable")
+    if compiled(solver):
+        from budro.solvers import _full_numba
+
+        # every anchor's grid, largest losses and rises as tables indexed by anchor id
+        slots, Q, K = st.anchor_losses.shape[0], st.X.shape[2], losses.shape[1]
+        E, top, up = np.zeros((slots, Q)), np.zeros((slots, G, K)), np.zeros((slots, G, K))
+        for a, anc in st.anchors.items():
+            E[a], top[a] = anc.E, anc.top
+            up[a] = anc.up(losses, st.anchor_losses[a].reshape(losses.shape), G, st.stamp, True)
+        _full_numba.certify_bounds(float(eta), st.anchor_of, labels, E, top, up, st.X, st.mask, B, P)
+        return _verdict(st, v, v_top, room, B, P, down, mu)
     ids, starts = np.unique(st.anchor_of[order], return_index=True)
     ends = np.append(starts[1:], n)
     for a, s0, s1 in zip(ids, starts, ends):
         anc = st.anchors[int(a)]
         cols = order[s0:s1]
-        up = anc.up(losses, G, st.stamp, compiled(solver))  # (G, K)
+        up = anc.up(losses, st.anchor_losses[int(a)].reshape(losses.shape), G, st.stamp, False)  # (G, K)
         E = anc.E
         q = int(np.searchsorted(E, eta, side="right")) - 1
         Xa = st.X[cols]
@@ -710,6 +755,12 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
         if np.any(m):
             bits = (m[:, None] >> np.arange(G)[None, :]) & 1
             P[cols] = np.where(bits.astype(bool), upc, -np.inf).max(axis=1)
+    return _verdict(st, v, v_top, room, B, P, down, mu)
+
+
+def _verdict(st: _FullState, v, v_top, room, B, P, down, mu):
+    """:func:`_certify`'s result from the bounds of the left-out rows (B) and of the hull-pruned
+    rows' rise (P) and the lists' fall (down)."""
     ok_x = B <= v - room
     pruned_gap = P + down - mu  # pruned rows come at most this close to (above, if > 0) the maximum
     ok_h = pruned_gap <= -room

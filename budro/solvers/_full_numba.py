@@ -297,21 +297,70 @@ def scan(cols, jpos, D, sqc_p, kappa, sqc_max, Z, sq, zero_rtol, LTp, LT, labels
                 out_R[base + x] = kl[x]
 
 
+@numba.njit(cache=True, nogil=True)
+def certify_bounds(eta, anchor_of, labels, E, top, up, X, mask, B, P):  # pragma: no cover - compiled
+    """The certificate's bounds at ``eta`` (``budro.solvers._dual_full._certify``, the same values
+    as its numpy loop over anchors): per column j with anchor a and label k, ``B[j]`` = the largest
+    over groups g of the left-out bound (``top[a, g, k]`` below the anchor's grid ``E[a]``, the
+    last grid value past it, else the chord of ``X[j, g]`` between the grid points around eta)
+    plus the group's rise ``up[a, g, k]`` (0 where not finite); ``P[j]`` = the largest rise over
+    the groups of the column's hull-pruned rows (bits of ``mask[j]``), -inf if none."""
+    n, G, Q = X.shape
+    for j in range(n):
+        a = anchor_of[j]
+        k = labels[j]
+        q = -1  # the last grid point <= eta (searchsorted, side "right", minus 1)
+        for x in range(Q):
+            if E[a, x] <= eta:
+                q = x
+        lam = 0.0
+        if 0 <= q < Q - 1:
+            lam = (eta - E[a, q]) / (E[a, q + 1] - E[a, q])
+        b = -np.inf
+        p = -np.inf
+        m = mask[j]
+        for g in range(G):
+            if q < 0:
+                bound = top[a, g, k]
+            elif q >= Q - 1:
+                bound = X[j, g, Q - 1]
+            else:
+                bound = X[j, g, q] + lam * (X[j, g, q + 1] - X[j, g, q])
+            u = up[a, g, k]
+            v = bound + (u if np.isfinite(u) else 0.0)
+            if v > b:
+                b = v
+            if (m >> g) & 1 and u > p:
+                p = u
+        B[j] = b
+        P[j] = p
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
-def list_down(ptr, flat, Ra, losses_flat, nchunks):
-    """Per column, the largest fall of a listed row's loss since its anchor: max (Ra - R_t)
-    (columns in ``nchunks`` chunks, one task each: every column's value is its own)."""
-    n = ptr.size - 1
-    out = np.empty(n)
+def list_down(ptr, flat, cols, anchor_of, anchor_losses, losses_flat, out, nchunks):
+    """Per column j of ``cols``, ``out[j]`` = the largest fall of a listed pair's loss since the
+    column's anchor: ``max (A[flat] - losses_flat[flat])`` over its list, ``A =
+    anchor_losses[anchor_of[j]]``.  The columns are taken in the order ``cols`` (best the order
+    of their anchors), in ``nchunks`` chunks of it, one task each (every column's value is its
+    own); a task computes ``A - losses_flat`` once for each anchor it meets and gathers from that
+    alone (gathers from two arrays of every anchor miss the cache: 3-4x slower at Adult)."""
+    n = cols.size
     for ch in numba.prange(nchunks):
-        for j in range(ch * n // nchunks, (ch + 1) * n // nchunks):
+        fall = np.empty(losses_flat.size)
+        current = -1
+        for t in range(ch * n // nchunks, (ch + 1) * n // nchunks):
+            j = cols[t]
+            a = anchor_of[j]
+            if a != current:
+                A = anchor_losses[a]
+                for f in range(fall.size):
+                    fall[f] = A[f] - losses_flat[f]
+                current = a
             fj = flat[ptr[j]:ptr[j + 1]]  # slices from 0 and fmax: vectorised (gathers)
-            rj = Ra[ptr[j]:ptr[j + 1]]
             m = -np.inf
             for r in range(fj.size):
-                m = fmax(m, rj[r] - losses_flat[fj[r]])
+                m = fmax(m, fall[fj[r]])
             out[j] = m
-    return out
 
 
 @numba.njit(cache=True, nogil=True)
@@ -340,10 +389,10 @@ def batch_argmax_costs(G, sq, sq_cols, cols, losses, labels_cols, eta, zero_rtol
 
 
 @numba.njit(cache=True, nogil=True)
-def group_rise(losses, order, L, starts, groups, out):
-    """Per non-empty group s (rows ``order[starts[s]:starts[s + 1]]``, anchor losses ``L`` in that
-    order) and label k: ``out[groups[s], k] = max (losses[order[i], k] - L[i, k])``, the largest
-    rise of a loss since the anchor (``budro.solvers._dual_full._Anchor.up``)."""
+def group_rise(losses, order, A, starts, groups, out):
+    """Per non-empty group s (rows ``order[starts[s]:starts[s + 1]]``; ``A``: the anchor's losses,
+    n x K) and label k: ``out[groups[s], k] = max (losses[r, k] - A[r, k])`` over its rows r, the
+    largest rise of a loss since the anchor (``budro.solvers._dual_full._Anchor.up``)."""
     n = order.size
     S = starts.size
     K = losses.shape[1]
@@ -354,30 +403,28 @@ def group_rise(losses, order, L, starts, groups, out):
         for k in range(K):
             m = -np.inf
             for i in range(a, b):
-                d = losses[order[i], k] - L[i, k]
+                r = order[i]
+                d = losses[r, k] - A[r, k]
                 if d > m:
                     m = d
             out[g, k] = m
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _put_scanned(j, i, new_ptr, off, new_rows, new_C, new_R, labels, K, rows, flat, C, Ra):
+def _put_scanned(j, i, new_ptr, off, new_rows, new_C, labels, K, flat, C):
     """Column j's scanned list (the i-th of ``new_*``, from ``off[i]``) written at ``new_ptr[j]``,
     its flat indices made from its rows and label."""
     dst = new_ptr[j]
     src = off[i]
     lab = labels[j]
     for x in range(new_ptr[j + 1] - dst):
-        r = new_rows[src + x]
-        rows[dst + x] = r
-        flat[dst + x] = r * K + lab
+        flat[dst + x] = new_rows[src + x] * K + lab
         C[dst + x] = new_C[src + x]
-        Ra[dst + x] = new_R[src + x]
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def merge_lists(old_ptr, new_ptr, replaced, off, old_rows, old_flat, old_C, old_Ra, new_rows, new_C, new_R, labels, K,
-                out_rows, out_flat, out_C, out_Ra, nchunks):
+def merge_lists(old_ptr, new_ptr, replaced, off, old_flat, old_C, new_rows, new_C, labels, K, out_flat, out_C,
+                nchunks):
     """The lists after a rescan (:func:`budro.solvers._dual_full._commit`), in one pass: column j
     takes the scanned list ``new_*[off[replaced[j]]:]`` where ``replaced[j] >= 0``, else its old
     list; both are written at ``new_ptr[j]``."""
@@ -386,15 +433,13 @@ def merge_lists(old_ptr, new_ptr, replaced, off, old_rows, old_flat, old_C, old_
         for j in range(ch * n // nchunks, (ch + 1) * n // nchunks):
             i = replaced[j]
             if i >= 0:
-                _put_scanned(j, i, new_ptr, off, new_rows, new_C, new_R, labels, K, out_rows, out_flat, out_C, out_Ra)
+                _put_scanned(j, i, new_ptr, off, new_rows, new_C, labels, K, out_flat, out_C)
             else:
                 dst = new_ptr[j]
                 src = old_ptr[j]
                 for x in range(new_ptr[j + 1] - dst):
-                    out_rows[dst + x] = old_rows[src + x]
                     out_flat[dst + x] = old_flat[src + x]
                     out_C[dst + x] = old_C[src + x]
-                    out_Ra[dst + x] = old_Ra[src + x]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -409,17 +454,15 @@ def _move(a, d, s, length):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _move_list(j, old_ptr, new_ptr, rows, flat, C, Ra):
-    """Column j's kept list moved from ``old_ptr[j]`` to ``new_ptr[j]`` in all four arrays."""
+def _move_list(j, old_ptr, new_ptr, flat, C):
+    """Column j's kept list moved from ``old_ptr[j]`` to ``new_ptr[j]`` in both arrays."""
     d, s, length = new_ptr[j], old_ptr[j], old_ptr[j + 1] - old_ptr[j]
-    _move(rows, d, s, length)
     _move(flat, d, s, length)
     _move(C, d, s, length)
-    _move(Ra, d, s, length)
 
 
 @numba.njit(cache=True, nogil=True)
-def merge_lists_in_place(old_ptr, new_ptr, replaced, off, rows, flat, C, Ra, new_rows, new_C, new_R, labels, K):
+def merge_lists_in_place(old_ptr, new_ptr, replaced, off, flat, C, new_rows, new_C, labels, K):
     """:func:`merge_lists` inside the arrays themselves (their length at least ``new_ptr[-1]``):
     no new memory, so no page to fault in.  The kept columns' lists that move towards the start
     are moved first, in increasing column order, then those that move towards the end, in
@@ -428,10 +471,10 @@ def merge_lists_in_place(old_ptr, new_ptr, replaced, off, rows, flat, C, Ra, new
     n = old_ptr.size - 1
     for j in range(n):
         if replaced[j] < 0 and new_ptr[j] < old_ptr[j]:
-            _move_list(j, old_ptr, new_ptr, rows, flat, C, Ra)
+            _move_list(j, old_ptr, new_ptr, flat, C)
     for j in range(n - 1, -1, -1):
         if replaced[j] < 0 and new_ptr[j] > old_ptr[j]:
-            _move_list(j, old_ptr, new_ptr, rows, flat, C, Ra)
+            _move_list(j, old_ptr, new_ptr, flat, C)
     for j in range(n):
         if replaced[j] >= 0:
-            _put_scanned(j, replaced[j], new_ptr, off, new_rows, new_C, new_R, labels, K, rows, flat, C, Ra)
+            _put_scanned(j, replaced[j], new_ptr, off, new_rows, new_C, labels, K, flat, C)
