@@ -150,6 +150,7 @@ class _Anchor:
 
     E: np.ndarray
     mu: float
+    gid: np.ndarray  # each row's group at the anchor (the state's gid then; never written to)
     order: np.ndarray
     starts: np.ndarray  # starts of the non-empty groups in `order`
     groups: np.ndarray  # their group ids
@@ -285,8 +286,8 @@ def _new_anchor(st: _FullState, losses: np.ndarray, E: np.ndarray, mu: float) ->
     groups = g_sorted[starts].astype(np.intp)
     top = np.full((_GROUPS, losses.shape[1]), _NONE)
     top[groups] = np.maximum.reduceat(losses[order], starts, axis=0)
-    return _Anchor(E=np.asarray(E, dtype=np.float64), mu=float(mu), order=order, starts=starts, groups=groups,
-                   top=top)
+    return _Anchor(E=np.asarray(E, dtype=np.float64), mu=float(mu), gid=gid, order=order, starts=starts,
+                   groups=groups, top=top)
 
 
 def _register(st: _FullState, anc: _Anchor, losses: np.ndarray) -> int:
@@ -728,9 +729,9 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
         # every anchor's grid, largest losses and rises as tables indexed by anchor id
         slots, Q, K = st.anchor_losses.shape[0], st.X.shape[2], losses.shape[1]
         E, top, up = np.zeros((slots, Q)), np.zeros((slots, G, K)), np.zeros((slots, G, K))
+        _rises(st, losses, G)
         for a, anc in st.anchors.items():
-            E[a], top[a] = anc.E, anc.top
-            up[a] = anc.up(losses, st.anchor_losses[a].reshape(losses.shape), G, st.stamp, True)
+            E[a], top[a], up[a] = anc.E, anc.top, anc._drift[1]
         _full_numba.certify_bounds(float(eta), st.anchor_of, labels, E, top, up, st.X, st.mask, B, P)
         return _verdict(st, v, v_top, room, B, P, down, mu)
     ids, starts = np.unique(st.anchor_of[order], return_index=True)
@@ -756,6 +757,25 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
             bits = (m[:, None] >> np.arange(G)[None, :]) & 1
             P[cols] = np.where(bits.astype(bool), upc, -np.inf).max(axis=1)
     return _verdict(st, v, v_top, room, B, P, down, mu)
+
+
+def _rises(st: _FullState, losses: np.ndarray, G: int) -> None:
+    """Every live anchor's largest loss rise per group (:meth:`_Anchor.up`, kept on the anchor
+    for this call's losses) by one compiled pass per anchor, the anchors in parallel."""
+    from budro.solvers import _full_numba
+
+    stale = [(a, anc) for a, anc in st.anchors.items()
+             if not (anc._drift is not None and anc._drift[0] == st.stamp and anc._drift[2] is losses)]
+    if not stale:
+        return
+    ids = np.array([a for a, _ in stale], dtype=np.int64)
+    gids = np.stack([anc.gid for _, anc in stale])
+    out = np.empty((ids.size, G, losses.shape[1]))
+    use = _sparse_kernels.kernel_threads(None, st.n)
+    with _sparse_kernels.parallel_threads(use):
+        _full_numba.group_rises(np.ascontiguousarray(losses, dtype=np.float64), ids, gids, st.anchor_losses, out)
+    for x, (_, anc) in enumerate(stale):
+        anc._drift = (st.stamp, out[x], losses)
 
 
 def _verdict(st: _FullState, v, v_top, room, B, P, down, mu):

@@ -388,6 +388,29 @@ def batch_argmax_costs(G, sq, sq_cols, cols, losses, labels_cols, eta, zero_rtol
     return cheapest
 
 
+@numba.njit(cache=True, nogil=True, parallel=True)
+def group_rises(losses, ids, gids, anchor_losses, out):  # pragma: no cover - compiled
+    """For each anchor x (id ``ids[x]``, its rows' groups ``gids[x]``), group g and label k:
+    ``out[x, g, k] = max (losses[i, k] - anchor_losses[ids[x], i K + k])`` over the rows i of
+    group g, -inf for an empty group (:func:`group_rise`'s values, the rows in natural order:
+    no gathers), anchors in parallel."""
+    n, K = losses.shape
+    G = out.shape[1]
+    for x in numba.prange(ids.size):
+        A = anchor_losses[ids[x]]
+        gid = gids[x]
+        o = out[x]
+        for g in range(G):
+            for k in range(K):
+                o[g, k] = -np.inf
+        for i in range(n):
+            g = gid[i]
+            for k in range(K):
+                d = losses[i, k] - A[i * K + k]
+                if d > o[g, k]:
+                    o[g, k] = d
+
+
 @numba.njit(cache=True, nogil=True)
 def group_rise(losses, order, A, starts, groups, out):
     """Per non-empty group s (rows ``order[starts[s]:starts[s + 1]]``; ``A``: the anchor's losses,
