@@ -444,6 +444,23 @@ def test_commits_in_a_row_keep_every_list(threads):
     assert (in_place > 10) if threads else (getattr(st, "buffers", None) is None)
 
 
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+@settings(max_examples=60, deadline=None)
+@given(length=st.integers(0, 700), d=st.integers(0, 900), s=st.integers(0, 900))
+def test_move_is_a_memmove(length, d, s):
+    """The in-place commit's move of a list within its array, in disjoint pieces for shifts of 64
+    and more and element by element below: what a copy through a temporary gives, for every
+    overlap (shifts of 0, 1, 63, 64, more than the length, both directions)."""
+    from budro.solvers import _full_numba
+
+    for dtype in (np.float64, np.int32):
+        a = np.arange(1600).astype(dtype)
+        expected = a.copy()
+        expected[d:d + length] = a[s:s + length].copy()
+        _full_numba._move(a, d, s, length)
+        np.testing.assert_array_equal(a, expected)
+
+
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="the output room is the compiled scan's")
 @pytest.mark.parametrize("cap", [(1, 1), (2, 3), (5, 2)])
 def test_lists_longer_than_the_scan_room_are_rescanned_alone_with_the_same_result(cap, monkeypatch):

@@ -467,13 +467,32 @@ def merge_lists(old_ptr, new_ptr, replaced, off, old_flat, old_C, new_rows, new_
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _move(a, d, s, length):
-    """``a[d:d + length] = a[s:s + length]`` for overlapping ranges (memmove)."""
+    """``a[d:d + length] = a[s:s + length]`` for overlapping ranges (memmove): in pieces of at
+    most ``|d - s|`` entries, each a copy between disjoint ranges (vectorised), taken from the
+    end the data moves towards; element by element where the shift is small."""
+    if d == s or length == 0:
+        return
+    step = d - s if d > s else s - d
+    if step < 64:
+        if d < s:
+            for x in range(length):
+                a[d + x] = a[s + x]
+        else:
+            for x in range(length - 1, -1, -1):
+                a[d + x] = a[s + x]
+        return
     if d < s:
-        for x in range(length):
-            a[d + x] = a[s + x]
-    elif d > s:
-        for x in range(length - 1, -1, -1):
-            a[d + x] = a[s + x]
+        x = 0
+        while x < length:
+            c = min(step, length - x)
+            a[d + x:d + x + c] = a[s + x:s + x + c]
+            x += c
+    else:
+        x = length
+        while x > 0:
+            c = min(step, x)
+            a[d + x - c:d + x] = a[s + x - c:s + x]
+            x -= c
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
