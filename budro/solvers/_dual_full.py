@@ -50,9 +50,11 @@ largest loss under its label.  :meth:`~budro.solvers.base.Solver.solve` warns
 (:class:`~budro.exceptions.ConvergenceWarning`) with the gap reached.
 
 *Warm state.*  The lists, bounds and anchors live on the solver (``_full_state``), keyed by the
-cost object and the labels (rebuilt when either changes), never pickled.  Anchors keep a copy of
-their losses (n x K) to measure drift; at most ``_MAX_ANCHORS`` are kept (the columns of the
-oldest are rescanned with the next failing ones).  Rows are grouped for the bounds by how much
+cost object and the labels (rebuilt when either changes), never pickled.  The lists hold each pair's
+flat index (row * K + the column's label) and exact cost only; a pair's loss at its column's anchor
+is read from the anchor's copy of the losses (n x K, a row of ``anchor_losses``, indexed by the
+anchor's id; ids are reused), which also measures the drift.  At most ``_MAX_ANCHORS`` are kept
+(the columns of the oldest are rescanned with the next failing ones).  Rows are grouped for the bounds by how much
 their losses moved in the previous round (dyadic rank groups: the fastest-moving rows get their
 own drift).
 
