@@ -169,8 +169,8 @@ class _Anchor:
         if compiled:
             from budro.solvers import _full_numba
 
-            _full_numba.group_rise(np.ascontiguousarray(losses, dtype=np.float64), self.order, A, self.starts,
-                                   self.groups, out)
+            _full_numba.group_rises(np.ascontiguousarray(losses, dtype=np.float64), np.zeros(1, dtype=np.int64),
+                                    self.gid[None], np.ascontiguousarray(A, dtype=np.float64).reshape(1, -1), out[None])
         else:
             out[self.groups] = np.maximum.reduceat((losses - A)[self.order], self.starts, axis=0)
         self._drift = (stamp, out, losses)

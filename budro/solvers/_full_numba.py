@@ -392,8 +392,8 @@ def batch_argmax_costs(G, sq, sq_cols, cols, losses, labels_cols, eta, zero_rtol
 def group_rises(losses, ids, gids, anchor_losses, out):  # pragma: no cover - compiled
     """For each anchor x (id ``ids[x]``, its rows' groups ``gids[x]``), group g and label k:
     ``out[x, g, k] = max (losses[i, k] - anchor_losses[ids[x], i K + k])`` over the rows i of
-    group g, -inf for an empty group (:func:`group_rise`'s values, the rows in natural order:
-    no gathers), anchors in parallel."""
+    group g, -inf for an empty group (``budro.solvers._dual_full._Anchor.up``), the rows in
+    natural order (no gathers), anchors in parallel."""
     n, K = losses.shape
     G = out.shape[1]
     for x in numba.prange(ids.size):
@@ -409,28 +409,6 @@ def group_rises(losses, ids, gids, anchor_losses, out):  # pragma: no cover - co
                 d = losses[i, k] - A[i * K + k]
                 if d > o[g, k]:
                     o[g, k] = d
-
-
-@numba.njit(cache=True, nogil=True)
-def group_rise(losses, order, A, starts, groups, out):
-    """Per non-empty group s (rows ``order[starts[s]:starts[s + 1]]``; ``A``: the anchor's losses,
-    n x K) and label k: ``out[groups[s], k] = max (losses[r, k] - A[r, k])`` over its rows r, the
-    largest rise of a loss since the anchor (``budro.solvers._dual_full._Anchor.up``)."""
-    n = order.size
-    S = starts.size
-    K = losses.shape[1]
-    for s in range(S):
-        a = starts[s]
-        b = starts[s + 1] if s + 1 < S else n
-        g = groups[s]
-        for k in range(K):
-            m = -np.inf
-            for i in range(a, b):
-                r = order[i]
-                d = losses[r, k] - A[r, k]
-                if d > m:
-                    m = d
-            out[g, k] = m
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
