@@ -163,8 +163,9 @@ class _Anchor:
         """(G, K): the largest rise of a loss since the anchor (whose losses are ``A``, n x K), per
         group (-inf for empty groups); ``compiled``: in one pass of a compiled kernel without
         temporaries (the same values)."""
-        if self._drift is not None and self._drift[0] == stamp and self._drift[2] is losses:
-            return self._drift[1]
+        kept = self.kept_rise(stamp, losses)
+        if kept is not None:
+            return kept
         out = np.full((G, losses.shape[1]), -np.inf)
         if compiled:
             from budro.solvers import _full_numba
@@ -175,6 +176,12 @@ class _Anchor:
             out[self.groups] = np.maximum.reduceat((losses - A)[self.order], self.starts, axis=0)
         self._drift = (stamp, out, losses)
         return out
+
+    def kept_rise(self, stamp: int, losses: np.ndarray) -> np.ndarray | None:
+        """The rises last computed, if for these losses in this call (``stamp``), else None."""
+        if self._drift is not None and self._drift[0] == stamp and self._drift[2] is losses:
+            return self._drift[1]
+        return None
 
 
 @dataclass(eq=False)
@@ -700,27 +707,6 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
     room = tau + 1e-12 * (scale + np.abs(v))
     losses_flat = losses.reshape(-1)
     order = np.argsort(st.anchor_of, kind="stable")  # the columns by anchor
-    if compiled(solver):
-        from budro.solvers import _full_numba
-
-        # The falls do not depend on eta: within a call (the same losses, st.stamp) only the
-        # columns committed since the last certificate are computed again
-        cached = st.down
-        if cached is not None and cached[0] == st.stamp and cached[1] is losses:
-            down, stale = cached[2], st.down_stale
-            cols = order[stale[order]]
-        else:
-            down, cols = np.empty(st.n), order
-        use = _sparse_kernels.kernel_threads(solver.kernel_threads, st.n)
-        if cols.size:
-            with _sparse_kernels.parallel_threads(use):
-                _full_numba.list_down(st.ptr, st.flat, cols, st.anchor_of, st.anchor_losses, losses_flat, down,
-                                      max(1, min(cols.size, 4 * use)))
-        st.down = (st.stamp, losses, down)
-        st.down_stale = np.zeros(st.n, dtype=bool)
-    else:
-        Ra = st.anchor_losses[np.repeat(st.anchor_of, np.diff(st.ptr)), st.flat]  # the pairs' anchor losses
-        down = np.maximum.reduceat(Ra - losses_flat[st.flat], st.ptr[:-1])
     n, G = st.n, st.X.shape[1]
     B = np.empty(n)
     P = np.full(n, -np.inf)
@@ -728,14 +714,31 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
     if compiled(solver):
         from budro.solvers import _full_numba
 
+        use = _sparse_kernels.kernel_threads(solver.kernel_threads, n)
+        # The falls do not depend on eta: within a call (the same losses, st.stamp) only the
+        # columns committed since the last certificate are computed again
+        cached = st.down
+        if cached is not None and cached[0] == st.stamp and cached[1] is losses:
+            down, stale = cached[2], st.down_stale
+            cols = order[stale[order]]
+        else:
+            down, cols = np.empty(n), order
+        if cols.size:
+            with _sparse_kernels.parallel_threads(use):
+                _full_numba.list_down(st.ptr, st.flat, cols, st.anchor_of, st.anchor_losses, losses_flat, down,
+                                      max(1, min(cols.size, 4 * use)))
+        st.down = (st.stamp, losses, down)
+        st.down_stale = np.zeros(n, dtype=bool)
         # every anchor's grid, largest losses and rises as tables indexed by anchor id
         slots, Q, K = st.anchor_losses.shape[0], st.X.shape[2], losses.shape[1]
         E, top, up = np.zeros((slots, Q)), np.zeros((slots, G, K)), np.zeros((slots, G, K))
-        _rises(st, losses, G)
+        _rises(st, losses, G, use)
         for a, anc in st.anchors.items():
-            E[a], top[a], up[a] = anc.E, anc.top, anc._drift[1]
+            E[a], top[a], up[a] = anc.E, anc.top, anc.kept_rise(st.stamp, losses)
         _full_numba.certify_bounds(float(eta), st.anchor_of, labels, E, top, up, st.X, st.mask, B, P)
         return _verdict(st, v, v_top, room, B, P, down, mu)
+    Ra = st.anchor_losses[np.repeat(st.anchor_of, np.diff(st.ptr)), st.flat]  # the pairs' anchor losses
+    down = np.maximum.reduceat(Ra - losses_flat[st.flat], st.ptr[:-1])
     ids, starts = np.unique(st.anchor_of[order], return_index=True)
     ends = np.append(starts[1:], n)
     for a, s0, s1 in zip(ids, starts, ends):
@@ -761,20 +764,19 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
     return _verdict(st, v, v_top, room, B, P, down, mu)
 
 
-def _rises(st: _FullState, losses: np.ndarray, G: int) -> None:
+def _rises(st: _FullState, losses: np.ndarray, G: int, threads: int) -> None:
     """Every live anchor's largest loss rise per group (:meth:`_Anchor.up`, kept on the anchor
-    for this call's losses) by one compiled pass per anchor, the anchors in parallel."""
+    for this call's losses) by one compiled pass per anchor, the anchors in parallel on
+    ``threads`` threads."""
     from budro.solvers import _full_numba
 
-    stale = [(a, anc) for a, anc in st.anchors.items()
-             if not (anc._drift is not None and anc._drift[0] == st.stamp and anc._drift[2] is losses)]
+    stale = [(a, anc) for a, anc in st.anchors.items() if anc.kept_rise(st.stamp, losses) is None]
     if not stale:
         return
     ids = np.array([a for a, _ in stale], dtype=np.int64)
     gids = np.stack([anc.gid for _, anc in stale])
     out = np.empty((ids.size, G, losses.shape[1]))
-    use = _sparse_kernels.kernel_threads(None, st.n)
-    with _sparse_kernels.parallel_threads(use):
+    with _sparse_kernels.parallel_threads(threads):
         _full_numba.group_rises(np.ascontiguousarray(losses, dtype=np.float64), ids, gids, st.anchor_losses, out)
     for x, (_, anc) in enumerate(stale):
         anc._drift = (st.stamp, out[x], losses)
