@@ -475,14 +475,16 @@ class _AxesTree:
         self.rotated = centred @ vt.T
         self.tree = cKDTree(self.rotated, balanced_tree=False)
 
-    def intrinsic_dimension(self, m: int) -> float:
+    def intrinsic_dimension(self, m: int, threads: int = 1) -> float:
         """Levina and Bickel's maximum-likelihood estimate of the data's dimension at the scale of
-        the m nearest neighbours, from :data:`DIMENSION_SAMPLE` seeded points (deterministic).
-        A k-d tree is fast when it is low, close to brute force when it is high."""
+        the m nearest neighbours, from :data:`DIMENSION_SAMPLE` seeded points (deterministic;
+        queried on ``threads`` threads, the same distances).  A k-d tree is fast when it is low,
+        close to brute force when it is high."""
         n = self.rotated.shape[0]
         k = int(min(max(m, 10), n))
         rows = np.sort(np.random.default_rng(_SEED).choice(n, size=min(n, DIMENSION_SAMPLE), replace=False))
-        dist, _ = self.tree.query(self.rotated[rows], k=k)
+        # ``threads`` queries at a time (each query's result is its own: the same distances)
+        dist, _ = self.tree.query(self.rotated[rows], k=k, workers=max(1, int(threads)))
         self._sample = (m, rows, np.asarray(dist).reshape(len(rows), k)[:, min(m, k) - 1])
         inverse = []
         for d in np.asarray(dist).reshape(len(rows), k):
@@ -635,7 +637,7 @@ def _auto_neighbors(Z: np.ndarray, m: int, threads: int, *, approximate: bool = 
     if n <= EXACT_BRUTE_MAX_N:
         return _brute_force_neighbors(Z, m, threads), "exact"
     tree = _AxesTree(Z)
-    dimension = tree.intrinsic_dimension(m)
+    dimension = tree.intrinsic_dimension(m, threads)
     if approximate and n > APPROX_MIN_N and dimension > APPROX_MIN_DIM and _has_faiss():
         del tree
         return _faiss_ivf_neighbors(Z, m, threads), "faiss-ivf"
