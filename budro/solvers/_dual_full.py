@@ -159,21 +159,15 @@ class _Anchor:
     top: np.ndarray  # (G, K) largest loss per group at the anchor (NONE for empty groups)
     _drift: tuple | None = None
 
-    def up(self, losses: np.ndarray, A: np.ndarray, G: int, stamp: int, compiled: bool = False) -> np.ndarray:
+    def up(self, losses: np.ndarray, A: np.ndarray, G: int, stamp: int) -> np.ndarray:
         """(G, K): the largest rise of a loss since the anchor (whose losses are ``A``, n x K), per
-        group (-inf for empty groups); ``compiled``: in one pass of a compiled kernel without
-        temporaries (the same values)."""
+        group (-inf for empty groups), by numpy (the compiled certificate computes every stale
+        anchor's at once: :func:`_rises`, the same values)."""
         kept = self.kept_rise(stamp, losses)
         if kept is not None:
             return kept
         out = np.full((G, losses.shape[1]), -np.inf)
-        if compiled:
-            from budro.solvers import _full_numba
-
-            _full_numba.group_rises(np.ascontiguousarray(losses, dtype=np.float64), np.zeros(1, dtype=np.int64),
-                                    self.gid[None], np.ascontiguousarray(A, dtype=np.float64).reshape(1, -1), out[None])
-        else:
-            out[self.groups] = np.maximum.reduceat((losses - A)[self.order], self.starts, axis=0)
+        out[self.groups] = np.maximum.reduceat((losses - A)[self.order], self.starts, axis=0)
         self._drift = (stamp, out, losses)
         return out
 
@@ -744,7 +738,7 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
     for a, s0, s1 in zip(ids, starts, ends):
         anc = st.anchors[int(a)]
         cols = order[s0:s1]
-        up = anc.up(losses, st.anchor_losses[int(a)].reshape(losses.shape), G, st.stamp, False)  # (G, K)
+        up = anc.up(losses, st.anchor_losses[int(a)].reshape(losses.shape), G, st.stamp)  # (G, K)
         E = anc.E
         q = int(np.searchsorted(E, eta, side="right")) - 1
         Xa = st.X[cols]
