@@ -752,3 +752,77 @@ def test_restricted_solve_after_a_rescan_splices_the_rescanned_columns(seed, sha
     for name in ("edge_e", "edge_dc", "edge_counts", "last_cost", "counts"):
         np.testing.assert_array_equal(getattr(out, name), getattr(st_.kernel_output, name))
     assert spliced.breakpoint_eta == whole.breakpoint_eta
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
+@pytest.mark.parametrize("seed, n, integer", [(0, 37, True), (1, 200, False), (2, 2600, True), (3, 2600, False)])
+def test_tiled_scan_equals_the_column_by_column_scan(seed, n, integer, monkeypatch):
+    """The compiled scan of large n (columns four at a time, rows in chunks; forced here by
+    _TILE_MIN_N) keeps the same members, lists, masks and allowances as the column-by-column
+    kernel, and the same excluded bounds (to the last bits of the vectorised arithmetic): tied
+    losses, duplicated points, both labels in one tile, chunks across group boundaries, a member
+    cap that shrinks the allowance of some columns."""
+    from budro.solvers import _full_numba
+
+    rng = np.random.default_rng(seed)
+    losses, labels, Z = make_instance(rng, n, 2, integer=integer, d=3)
+    Z[: n // 10] = Z[n // 10: 2 * (n // 10)]  # duplicates
+    cost = EmbeddingCost(Z, cache_bytes=0)
+    problem = TransportProblem(losses, labels, cost, 0.2)
+    cols = np.sort(rng.choice(n, size=min(n, 4 * 7 + 3), replace=False))  # not a multiple of the tile
+    assert n <= _full_numba._RC or n > 2 * _full_numba._RC
+    monkeypatch.setattr(_dual_full, "_KMAX", 2 + n // 50)  # some columns past the cap at delta
+    gid = (rng.permutation(n) % 5).astype(np.int8)  # 5 groups, rows of each spread over the chunks
+    outs = []
+    for tile_min in (10**12, 0):
+        monkeypatch.setattr(_dual_full, "_TILE_MIN_N", tile_min)
+        solver = FullPathSolver(kernel="numba")
+        st_ = _dual_full._state(solver, problem)
+        st_.gid = gid
+        E, q_lo, q_hi = _dual_full._grid(0.7, 0.2, 1.0)
+        outs.append(_dual_full._scan_block(solver, st_, losses, cols, E, q_lo, q_hi, 3.0, 3.0))
+    (r1, C1, R1, n1, X1, m1, mu1), (r2, C2, R2, n2, X2, m2, mu2) = outs
+    for a, b in ((r1, r2), (C1, C2), (R1, R2), (n1, n2), (m1, m2), (mu1, mu2)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(X1, X2, rtol=1e-13, atol=1e-13)
+    assert (mu1 < 3.0).any()  # the cap shrank some allowances
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
+def test_tiled_scan_rounds_stay_exact(monkeypatch):
+    """A fit-like sequence of rounds with the tiled scan forced: every round the full optimum."""
+    monkeypatch.setattr(_dual_full, "_TILE_MIN_N", 0)
+    n = 400
+    labels, cost, losses = _drifting(5, n)
+    solver = FullPathSolver(kernel="numba")
+    for t in range(6):
+        problem = TransportProblem(losses(t), labels, cost, 0.4)
+        assert_optimal(solver.solve(problem), dense(problem), problem)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
+def test_large_n_scans_blocks_of_at_least_min_block_cols_within_the_wide_budget(monkeypatch):
+    """Where the block budget holds few columns (large n), the compiled scan's blocks grow to
+    _MIN_BLOCK_COLS columns within _WIDE_BLOCK_BYTES (no skinny GEMMs); the results are those of
+    narrow blocks (each column's scan depends on its own data alone)."""
+    n = 300
+    labels, cost, losses = _drifting(6, n)
+    problem = TransportProblem(losses(0), labels, cost, 0.4)
+    per_col = 4 * n  # float32 dot products
+    seen, results = [], []
+    scan_block = _dual_full._scan_block
+
+    def spy(solver, st_, losses_, cols, *args):
+        seen[-1].append(cols.size)
+        return scan_block(solver, st_, losses_, cols, *args)
+
+    monkeypatch.setattr(_dual_full, "_scan_block", spy)
+    monkeypatch.setattr(_dual_full, "_BLOCK_BYTES", 20 * per_col)  # 20 columns a block
+    for wide in (0, 40 * per_col):  # no room to widen; room for 40 of the 64 columns wanted
+        monkeypatch.setattr(_dual_full, "_WIDE_BLOCK_BYTES", wide)
+        seen.append([])
+        results.append(FullPathSolver(kernel="numba").solve(problem))
+    narrow, widened = seen
+    assert max(narrow[1:]) == 20 and max(widened[1:]) == 40  # after the cold sample's blocks
+    assert results[0].objective == results[1].objective and results[0].eta == results[1].eta
+    np.testing.assert_array_equal(results[0].weights, results[1].weights)

@@ -120,6 +120,17 @@ _ANCHOR_BYTES = 256 << 20
 _ESCALATE = 3
 #: Dot products per scan block, in bytes (float32 by default).
 _BLOCK_BYTES = 64 << 20
+#: Where _BLOCK_BYTES holds fewer than _MIN_BLOCK_COLS columns (large n), the compiled scan's block
+#: grows to that many, up to _WIDE_BLOCK_BYTES: a block of few columns against all n rows is a
+#: skinny GEMM that runs at a fraction of BLAS's speed (n = 10^6, p = 35, 2048 columns, two threads:
+#: its GEMMs 9.2-9.5 s in blocks of 16 columns, 4.2 s in blocks of 64).
+_MIN_BLOCK_COLS = 64
+_WIDE_BLOCK_BYTES = 256 << 20
+#: Rows from which the compiled scan reads columns four at a time in row chunks
+#: (``_full_numba._tile_members``: n-long arrays per column outgrow the caches; the same lists and
+#: bounds).  One thread, a column of 10^6 rows: 5.1-5.4 against 8.4-10.3 ms; 300000: 1.50-1.74
+#: against 1.77-1.97 ms; 100000: 0.52-0.65 against 0.54-0.58 ms; 36177: 0.25 against 0.14-0.20 ms.
+_TILE_MIN_N = 200_000
 #: Cutting-plane steps on the restricted problem, should the breakpoint read-off miss.
 _MAX_CUTS = 200
 
@@ -503,8 +514,8 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
         with _sparse_kernels.parallel_threads(use):
             _full_numba.scan(sel, inv[sel], D_sel, sqc_p, st.kappa, float(st.sqc.max()), st.cost.Z, st.cost._sq,
                              ZERO_RTOL, LTp, LT, st.labels, E, q_lo, q_hi, float(delta), float(mu), _KMAX,
-                             st.gid, order, seg, fast, X_sel, masks_sel, mus_sel, *out, counts_sel, cap_sel,
-                             max(1, min(m, 4 * use)))
+                             st.gid, order, seg, fast, st.n >= _TILE_MIN_N, X_sel, masks_sel, mus_sel, *out, counts_sel,
+                             cap_sel, max(1, min(m, 4 * use)))
         return out
 
     out_rows, out_C, out_R = run(cols64, D, X, masks, mus, counts, cap)
@@ -630,7 +641,10 @@ def _rescan(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray,
     anc = _new_anchor(st, losses, E, mu)
     # the compiled scan holds one (b, n) block of dot products; numpy's pass a dozen of float64
     per_col = st.Zc.dtype.itemsize * st.n if compiled(solver) else 96 * st.n
-    width = int(max(16, min(cols.size, _BLOCK_BYTES // max(per_col, 1))))
+    fits = _BLOCK_BYTES // max(per_col, 1)
+    if compiled(solver) and fits < _MIN_BLOCK_COLS:
+        fits = max(fits, min(_MIN_BLOCK_COLS, _WIDE_BLOCK_BYTES // max(per_col, 1)))
+    width = int(max(16, min(cols.size, fits)))
     parts = []
     done = 0
     pairs = int(st.ptr[-1])
