@@ -6,6 +6,7 @@
     python benchmarks/solvers.py speed --quick                                  # smoke run
     BUDRO_DATA_HOME=../shared/data python benchmarks/solvers.py rounds         # ~2 min
     BUDRO_DATA_HOME=../shared/data python benchmarks/solvers.py full           # ~30-60 min
+    python benchmarks/solvers.py large                                          # ~20-40 min
 
 Instances are the paper's three data sets at their training sizes (German n = 800, COMPAS
 n = 4222, Adult n = 36177; 80/20 split, standardised features), the sensitive-subspace fair
@@ -44,6 +45,10 @@ round, columns rescanned, pairs kept, peak RSS, and equality with the dense dual
 checked (``--check-full`` at n = 36177, minutes each; ``--check-sub`` on a 20000-row subsample,
 where a cold exact solve is timed too); a synthetic run at ``--syn-n`` rows, and the scan rate at
 ``--big-n`` rows (the unit of a cold pass there).  Each part runs in its own process.
+
+``large``: the same path at large n without a fit's losses: synthetic drifting rounds at each
+``--large-n`` (how many columns need rescans per round, as a share of n) and the scan rate at
+``--big-n`` rows; from the two, a projection of a warm round at ``--big-n`` (labelled as such).
 
 Writes markdown to docs/solvers-benchmark.md (sections replaced in place).  Not a test: numbers
 depend on the machine and its load (this project's machines are 2 shared cores).
@@ -673,6 +678,52 @@ def full_report(args) -> str:
     return "\n".join(lines)
 
 
+def large_report(args) -> str:
+    """The exact full path at large n, where no fit's losses are at hand: drifting synthetic rounds
+    at each ``--large-n`` (columns rescanned per round, as a share of n) and the scan rate at
+    ``--big-n`` rows, and from the two a projection of a warm round at ``--big-n`` (not a run)."""
+    load0 = os.getloadavg()[0]
+    runs = []
+    for n in args.large_n:
+        opts = {"threads": args.threads, "syn_n": n, "syn_rounds": args.syn_rounds}
+        runs.append(_full_child("synthetic", opts, 3 * 3600))
+    b = _full_child("scan-rate", {"threads": args.threads, "big_n": args.big_n, "big_cols": 2048}, 3 * 3600)
+    lines = ["| n | cold solve (wall / CPU) | warm round, median (wall / CPU) | mean (wall / CPU) | "
+             "columns rescanned per warm round, median (share of n) | max | peak RSS |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    share = None
+    for r in runs:
+        if "error" in r:
+            lines.append(f"| failed: {r['error'][-300:]!r} | | | | | | |")
+            continue
+        warm = r["rounds"][1:]
+        mw, aw, _ = _stats(warm, "wall")
+        mc, ac, _ = _stats(warm, "cpu")
+        mr, _, xr = _stats(warm, "rescanned")
+        share = mr / r["n"]
+        lines.append(f"| {r['n']:,} | {r['rounds'][0]['wall']:.1f} / {r['rounds'][0]['cpu']:.1f} s | "
+                     f"{1e3 * mw:.0f} / {1e3 * mc:.0f} ms | {1e3 * aw:.0f} / {1e3 * ac:.0f} ms | {mr:.0f} "
+                     f"({100 * mr / r['n']:.1f} %) | {xr:.0f} | {r['rss_mib']:.0f} MiB |")
+    lines += ["", f"Synthetic rounds: p = 35 (Adult's rank), {args.syn_rounds} rounds, losses drifting by at most 0.005 "
+              "per round (the paper's learning rate at Adult), eps = 0.4, `DualSolver(kernel_threads="
+              f"{args.threads})`; every round converged (certified), else the run stops with an error.", ""]
+    if "error" in b:
+        lines.append(f"Scan rate at n = {args.big_n}: failed: {b['error'][-500:]!r}")
+    else:
+        per_col = b["cpu"] / b["cols"]
+        lines.append(f"**n = {b['n']:,}**: scanning {b['cols']} columns took {b['wall']:.1f} s wall, {b['cpu']:.1f} s "
+                     f"CPU ({1e3 * per_col:.1f} ms CPU per column; peak RSS {b['rss_mib']:.0f} MiB), so the cold pass over "
+                     f"all {b['n']:,} columns needs about {per_col * b['n'] / 3600:.1f} CPU hours on this machine: not "
+                     "run.")
+        if share is not None:
+            lines.append(f"Projection, not a run: were the share of columns rescanned per warm round the one "
+                         f"measured at n = {runs[-1]['n']:,} ({100 * share:.1f} %), a warm round at n = {b['n']:,} "
+                         f"would rescan about {share * b['n']:,.0f} columns, {share * b['n'] * per_col:.0f} CPU "
+                         "seconds of scans, plus the restricted solve (linear in the pairs kept).")
+    lines += ["", f"Load average at the start: {load0:.1f}, at the end: {os.getloadavg()[0]:.1f}."]
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------- report
 
 
@@ -778,7 +829,7 @@ def main(argv=None) -> int:
         print(json.dumps(_full_part(argv[1], json.loads(argv[2]))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["speed", "restriction", "sgd-gap", "rounds", "full", "locality", "all"])
+    ap.add_argument("what", choices=["speed", "restriction", "sgd-gap", "rounds", "full", "large", "locality", "all"])
     ap.add_argument("--settings", type=lambda v: v.split(","), default=["german", "compas", "adult"],
                     help="rounds: comma list of german, compas, adult")
     ap.add_argument("--quick", action="store_true", help="speed: German and Adult m=32 only, short timings")
@@ -796,7 +847,9 @@ def main(argv=None) -> int:
                     help="full: rounds checked against the dense dual on the 20000-row subsample")
     ap.add_argument("--syn-n", type=int, default=100_000, help="full: rows of the synthetic run")
     ap.add_argument("--syn-rounds", type=int, default=12, help="full: rounds of the synthetic run")
-    ap.add_argument("--big-n", type=int, default=1_000_000, help="full: rows of the scan-rate measurement")
+    ap.add_argument("--big-n", type=int, default=1_000_000, help="full, large: rows of the scan-rate measurement")
+    ap.add_argument("--large-n", type=lambda v: [int(x) for x in v.split(",") if x], default=[100_000, 300_000],
+                    help="large: rows of the synthetic runs, comma separated")
     ap.add_argument("--locality-n", type=lambda v: [int(x) for x in v.split(",")], default=[100_000, 300_000, 1_000_000],
                     help="locality: numbers of points")
     ap.add_argument("--locality-rounds", type=int, default=8, help="locality: rounds per size")
@@ -811,10 +864,11 @@ def main(argv=None) -> int:
               "sgd-gap": "dual-sgd gap to the exact dual",
               "rounds": "Rounds of a BuDRO fit",
               "full": "Exact full problem (dual on an EmbeddingCost, warm lists)",
+              "large": "Exact full problem at large n (synthetic)",
               "locality": "Neighbour lists renumbered by locality"}
     for what in todo:
         body = {"speed": speed, "restriction": restriction, "sgd-gap": sgd_gap, "rounds": rounds_report,
-                "full": full_report, "locality": locality_report}[what](args)
+                "full": full_report, "large": large_report, "locality": locality_report}[what](args)
         _write(titles[what], body, command, Path(args.output))
     return 0
 
