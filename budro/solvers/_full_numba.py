@@ -136,6 +136,20 @@ def _finish(k, j, Z, sq, zero_rtol, L, mu, gid, krow, kc, kl, keep):
     return s, mask
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _max4(m0, m1, m2, m3, li, c, e0, e1, e2, e3):
+    """The running maxima of ``li - e * c`` at the four grid points."""
+    return fmax(m0, li - e0 * c), fmax(m1, li - e1 * c), fmax(m2, li - e2 * c), fmax(m3, li - e3 * c)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put4(X, t, g, m0, m1, m2, m3):
+    X[t, g, 0] = m0
+    X[t, g, 1] = m1
+    X[t, g, 2] = m2
+    X[t, g, 3] = m3
+
+
 @numba.njit(cache=True, nogil=True, fastmath=True)
 def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order, krow):
     """The standard grid (4 points, members tested on the first 2 intervals): members' rows in
@@ -189,15 +203,8 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
         cg = cb[seg[g]:seg[g + 1]]
         for i in range(Lg.size):
             li = Lg[i] - (2e300 if sg[i] >= -d else 0.0)
-            c = cg[i]
-            m0 = fmax(m0, li - e0 * c)
-            m1 = fmax(m1, li - e1 * c)
-            m2 = fmax(m2, li - e2 * c)
-            m3 = fmax(m3, li - e3 * c)
-        X[t, g, 0] = m0
-        X[t, g, 1] = m1
-        X[t, g, 2] = m2
-        X[t, g, 3] = m3
+            m0, m1, m2, m3 = _max4(m0, m1, m2, m3, li, cg[i], e0, e1, e2, e3)
+        _put4(X, t, g, m0, m1, m2, m3)
     return k, d
 
 
@@ -208,6 +215,13 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
 #: (245 against 138-198 us), where :func:`_members_fast`'s n-long arrays stay in the caches.
 TILE = 4
 _RC = 1024
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _tile_chunk(D, LTp, lab, sj, err, v1, v2, t, tt, c0, c1):
+    """Column t's (the tile's tt-th) dot products and losses on rows c0..c1, and its own
+    squared norm, cost error and maxima at E[1], E[2]."""
+    return D[t, c0:c1], LTp[lab[tt], c0:c1], sj[tt], err[tt], v1[tt], v2[tt]
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"nnan", "ninf", "nsz"})
@@ -248,12 +262,7 @@ def _tile_members(t0, tb, cols, jpos, labels, D, sqc, kappa, sqc_max, LTp, E, de
         c1 = min(n, c0 + _RC)
         sq = sqc[c0:c1]
         for tt in range(tb):
-            Dt = D[t0 + tt, c0:c1]
-            Lt = LTp[lab[tt], c0:c1]
-            s = sj[tt]
-            e = err[tt]
-            a = v1[tt]
-            b = v2[tt]
+            Dt, Lt, s, e, a, b = _tile_chunk(D, LTp, lab, sj, err, v1, v2, t0 + tt, tt, c0, c1)
             for i in range(c1 - c0):
                 cu = sq[i] + s - 2.0 * Dt[i] + e
                 a = fmax(a, Lt[i] - e1 * cu)
@@ -267,12 +276,7 @@ def _tile_members(t0, tb, cols, jpos, labels, D, sqc, kappa, sqc_max, LTp, E, de
         c1 = min(n, c0 + _RC)
         sq = sqc[c0:c1]
         for tt in range(tb):
-            Dt = D[t0 + tt, c0:c1]
-            Lt = LTp[lab[tt], c0:c1]
-            s = sj[tt]
-            e = err[tt]
-            a = v1[tt]
-            b = v2[tt]
+            Dt, Lt, s, e, a, b = _tile_chunk(D, LTp, lab, sj, err, v1, v2, t0 + tt, tt, c0, c1)
             n0 = n1 = n2 = n3 = 0
             for i in range(c1 - c0):
                 c = sq[i] + s - 2.0 * Dt[i] - e
@@ -295,19 +299,13 @@ def _tile_members(t0, tb, cols, jpos, labels, D, sqc, kappa, sqc_max, LTp, E, de
     flags = np.empty(_RC)
     for g in range(seg.size - 1):
         for tt in range(tb):
-            t = t0 + tt
-            X[t, g, 0] = X[t, g, 1] = X[t, g, 2] = X[t, g, 3] = NONE
+            _put4(X, t0 + tt, g, NONE, NONE, NONE, NONE)
         for c0 in range(seg[g], seg[g + 1], _RC):
             c1 = min(seg[g + 1], c0 + _RC)
             sq = sqc[c0:c1]
             for tt in range(tb):
                 t = t0 + tt
-                Dt = D[t, c0:c1]
-                Lt = LTp[lab[tt], c0:c1]
-                s = sj[tt]
-                e = err[tt]
-                a = v1[tt]
-                b = v2[tt]
+                Dt, Lt, s, e, a, b = _tile_chunk(D, LTp, lab, sj, err, v1, v2, t, tt, c0, c1)
                 h = -dsel[tt]
                 own = jpos[t] - c0  # the own row's place in the chunk (outside it: never met)
                 m0 = X[t, g, 0]
@@ -324,14 +322,8 @@ def _tile_members(t0, tb, cols, jpos, labels, D, sqc, kappa, sqc_max, LTp, E, de
                     member = x >= h
                     k += member
                     li = Lt[i] - (2e300 if member else 0.0)
-                    m0 = fmax(m0, li - e0 * c)
-                    m1 = fmax(m1, li - e1 * c)
-                    m2 = fmax(m2, li - e2 * c)
-                    m3 = fmax(m3, li - e3 * c)
-                X[t, g, 0] = m0
-                X[t, g, 1] = m1
-                X[t, g, 2] = m2
-                X[t, g, 3] = m3
+                    m0, m1, m2, m3 = _max4(m0, m1, m2, m3, li, c, e0, e1, e2, e3)
+                _put4(X, t, g, m0, m1, m2, m3)
                 if k:
                     kk = kcount[tt]
                     for i in range(c1 - c0):
