@@ -826,3 +826,18 @@ def test_large_n_scans_blocks_of_at_least_min_block_cols_within_the_wide_budget(
     assert max(narrow[1:]) == 20 and max(widened[1:]) == 40  # after the cold sample's blocks
     assert results[0].objective == results[1].objective and results[0].eta == results[1].eta
     np.testing.assert_array_equal(results[0].weights, results[1].weights)
+
+
+@pytest.mark.parametrize("n, K", [(1, 2), (37, 2), (1000, 2), (500, 3), (50, 1)])
+def test_level_groups_are_equal_quantiles_of_the_loss_level(n, K):
+    """The certificate's row groups: _GROUPS groups of nearly equal size, ordered by
+    L[:, 0] - L[:, -1] (ties broken by row), recomputed when the losses change."""
+    rng = np.random.default_rng(n)
+    losses = np.round(rng.random((n, K)), 1)  # ties
+    gid = _dual_full._level_groups(losses)
+    assert gid.shape == (n,) and gid.min() >= 0 and gid.max() < _dual_full._GROUPS
+    sizes = np.bincount(gid, minlength=_dual_full._GROUPS)
+    assert sizes.max() - sizes[sizes > 0].min() <= 1 and sizes.sum() == n
+    score = losses[:, 0] - losses[:, -1]
+    order = np.lexsort((np.arange(n), score))
+    assert np.all(np.diff(gid[order]) >= 0)  # monotone in the score, ties by row

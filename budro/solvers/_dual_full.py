@@ -54,9 +54,11 @@ cost object and the labels (rebuilt when either changes), never pickled.  The li
 flat index (row * K + the column's label) and exact cost only; a pair's loss at its column's anchor
 is read from the anchor's copy of the losses (n x K, a row of ``anchor_losses``, indexed by the
 anchor's id; ids are reused), which also measures the drift.  At most ``_MAX_ANCHORS`` are kept
-(the columns of the oldest are rescanned with the next failing ones).  Rows are grouped for the bounds by how much
-their losses moved in the previous round (dyadic rank groups: the fastest-moving rows get their
-own drift).
+(the columns of the oldest are rescanned with the next failing ones).  Rows are grouped for the
+bounds by the level of their losses at the scan (:func:`_level_groups`: _GROUPS quantiles of
+``L[:, 0] - L[:, -1]``, for two labels a monotone function of the model's margin): the left-out
+rows that come near a column's maximum have high losses under its label, and their rise is that of
+their level, not the largest rise of all rows.
 
 *Exact evaluation at a given eta.*  :func:`evaluate` (``DualSolver._evaluate`` on this path)
 returns ``g(eta)`` and the argmax extremes of the full problem from the certified lists,
@@ -87,8 +89,10 @@ from budro.transport import ZERO_RTOL, EmbeddingCost, TransportProblem, Transpor
 
 __all__ = ["applies", "evaluate", "solve"]
 
-#: Groups of rows for the excluded-value bounds (dyadic rank groups by last round's drift).
-_GROUPS = 8
+#: Groups of rows for the excluded-value bounds (quantiles of the loss level, :func:`_level_groups`).
+#: Adult's exact-full fit, all 179 rounds replayed: median 756 columns rescanned per round with 16
+#: level groups against 1506 with the 8 dyadic groups of the last round's drift used before.
+_GROUPS = 16
 #: Grid of a scan around eta_a, relative: 1 - w, 1, 1 + w, max(1.5, 1 + 3 w) (_Q points); members
 #: are tested on [1 - w, 1 + w].  Below the grid the anchor's largest loss per group bounds X.
 _Q = 4
@@ -332,15 +336,26 @@ def _observe(st: _FullState, losses: np.ndarray) -> None:
         top = float(moved.max()) if moved.size else 0.0
         if top > 0.0:
             st.rate = max(st.rate, top)
-            # dyadic rank groups: the slowest half, the next quarter, ..., the fastest 1/2^(G-1)
-            rank = np.empty(moved.size, dtype=np.int64)
-            rank[np.argsort(moved, kind="stable")] = np.arange(moved.size)
-            frac = 1.0 - (rank + 0.5) / moved.size  # in (0, 1): small for the fastest
-            st.gid = np.minimum(_GROUPS - 1, np.floor(-np.log2(frac)).astype(np.int64)).astype(np.int8)
     if st.previous is None or not np.array_equal(st.previous, losses):
         st.rounds += 1
+        st.gid = _level_groups(losses)
     st.previous = losses.copy()
     st.stamp += 1
+
+
+def _level_groups(losses: np.ndarray) -> np.ndarray:
+    """_GROUPS groups of rows of (nearly) equal size by the rank of ``L[:, 0] - L[:, -1]`` (ties by
+    row).  A column's left-out rows are bounded per group by their largest value at the scan plus
+    the group's largest rise since; where the losses drift nearly uniformly (Adult), the rows of
+    one level rise alike, so a column's near-maximal rows (its label's high losses) are not charged
+    the rise of rows at other levels.  Any grouping gives a valid certificate; this one a tight one.
+    (At Adult's round 100, of 400 columns whose certificate failed, the left-out bound computed
+    exactly at eta would have passed for 98 with the drift groups used before, for all 400 with 16
+    level groups.)"""
+    score = losses[:, 0] - losses[:, -1]
+    rank = np.empty(score.size, dtype=np.int64)
+    rank[np.argsort(score, kind="stable")] = np.arange(score.size)
+    return ((rank * _GROUPS) // max(score.size, 1)).astype(np.int8)
 
 
 # ---------------------------------------------------------------------------------------- scans
