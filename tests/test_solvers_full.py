@@ -554,11 +554,13 @@ def test_compiled_group_rise_equals_numpy(seed):
 
 
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+@pytest.mark.parametrize("direct", [False, True])
 @pytest.mark.parametrize("nchunks", [1, 3, 8])
-def test_list_down_equals_numpy_on_any_chunking(nchunks):
+def test_list_down_equals_numpy_on_any_chunking(nchunks, direct):
     """The certificate's per-column largest fall since the column's anchor (each anchor's losses a
-    row of a table), compiled in chunks of the columns in any order, equals numpy's reduceat entry
-    for entry (lists of any lengths, one of them a single pair; five anchors)."""
+    row of a table), compiled in chunks of the columns in any order, by a pass over each anchor's
+    losses or pair by pair (``direct``), equals numpy's reduceat entry for entry (lists of any
+    lengths, one of them a single pair; five anchors)."""
     from budro.solvers import _full_numba
 
     rng = np.random.default_rng(nchunks)
@@ -573,11 +575,11 @@ def test_list_down_equals_numpy_on_any_chunking(nchunks):
     expected = np.maximum.reduceat(Ra - losses_flat[flat], ptr[:-1])
     for cols in (np.arange(n), np.argsort(anchor_of, kind="stable"), rng.permutation(n)):  # any order of the columns
         out = np.full(n, np.nan)
-        _full_numba.list_down(ptr, flat, cols, anchor_of, table, losses_flat, out, nchunks)
+        _full_numba.list_down(ptr, flat, cols, anchor_of, table, losses_flat, out, nchunks, direct)
         np.testing.assert_array_equal(out, expected)
     some = np.sort(rng.choice(n, 9, replace=False))  # a subset: only its entries are written
     out = np.full(n, np.nan)
-    _full_numba.list_down(ptr, flat, some, anchor_of, table, losses_flat, out, nchunks)
+    _full_numba.list_down(ptr, flat, some, anchor_of, table, losses_flat, out, nchunks, direct)
     np.testing.assert_array_equal(out[some], expected[some])
     assert np.isnan(np.delete(out, some)).all()
 
@@ -585,8 +587,9 @@ def test_list_down_equals_numpy_on_any_chunking(nchunks):
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
 def test_certificate_falls_kept_within_a_solve_equal_a_fresh_pass(monkeypatch):
     """A solve's later certificates (the same losses, after rescans) compute the lists' falls
-    again only for the columns committed since: after every certificate of drifting rounds with
-    rescans, the kept falls equal numpy's pass over every list."""
+    again only for the columns committed since, and only where hull-pruned rows were recorded
+    (elsewhere the fall is never read): after every certificate of drifting rounds with rescans,
+    the kept falls of those columns equal numpy's pass over their lists."""
     checked = []
     certify = _dual_full._certify
 
@@ -594,8 +597,9 @@ def test_certificate_falls_kept_within_a_solve_equal_a_fresh_pass(monkeypatch):
         out = certify(solver, st_, problem, point)
         Ra = st_.anchor_losses[np.repeat(st_.anchor_of, np.diff(st_.ptr)), st_.flat]
         fresh = np.maximum.reduceat(Ra - problem.losses.reshape(-1)[st_.flat], st_.ptr[:-1])
-        np.testing.assert_array_equal(st_.down[2], fresh)
-        checked.append(st_.stamp)
+        pruned = st_.mask != 0
+        np.testing.assert_array_equal(st_.down[2][pruned], fresh[pruned])
+        checked.append((st_.stamp, int(pruned.sum())))
         return out
 
     monkeypatch.setattr(_dual_full, "_certify", checking)
@@ -605,7 +609,9 @@ def test_certificate_falls_kept_within_a_solve_equal_a_fresh_pass(monkeypatch):
     for t in range(6):
         problem = TransportProblem(losses(4 * t), labels, cost, 0.4)
         assert_optimal(solver.solve(problem), dense(problem), problem)
-    assert len(checked) > len(set(checked))  # some solves certified more than once (after rescans)
+    stamps = [c[0] for c in checked]
+    assert len(stamps) > len(set(stamps))  # some solves certified more than once (after rescans)
+    assert max(c[1] for c in checked) > 0  # with hull-pruned rows somewhere
 
 
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
@@ -841,3 +847,28 @@ def test_level_groups_are_equal_quantiles_of_the_loss_level(n, K):
     score = losses[:, 0] - losses[:, -1]
     order = np.lexsort((np.arange(n), score))
     assert np.all(np.diff(gid[order]) >= 0)  # monotone in the score, ties by row
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_row_groups_are_made_every_few_rounds(monkeypatch, every):
+    """The rows are grouped anew every _REGROUP_ROUNDS rounds of new losses (not when the same
+    losses come again), the groups those rounds' level groups; every solve in between, with
+    anchors made on the kept groups, is the exact optimum."""
+    monkeypatch.setattr(_dual_full, "_REGROUP_ROUNDS", every)
+    n = 300
+    labels, cost, losses = _drifting(11, n)
+    solver = FullPathSolver(kernel="numba" if _sparse_kernels.available() else "numpy")
+    made = []
+    for t in range(7):
+        problem = TransportProblem(losses(3 * t), labels, cost, 0.4)
+        before = getattr(solver, "_full_state", None)
+        gid = None if before is None else before.gid
+        assert_optimal(solver.solve(problem), dense(problem), problem)
+        st_ = solver._full_state
+        if st_.gid is not gid:
+            made.append(t)
+            np.testing.assert_array_equal(st_.gid, _dual_full._level_groups(problem.losses))
+        again = st_.gid
+        solver.solve(problem)  # the same losses: no new round
+        assert st_.gid is again
+    assert made == list(range(0, 7, every))

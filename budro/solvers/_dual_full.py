@@ -93,6 +93,11 @@ __all__ = ["applies", "evaluate", "solve"]
 #: Adult's exact-full fit, all 179 rounds replayed: median 756 columns rescanned per round with 16
 #: level groups against 1506 with the 8 dyadic groups of the last round's drift used before.
 _GROUPS = 16
+#: Rounds between two groupings of the rows: a new grouping sorts the rows and orders the scan's
+#: embedding anew (14 ms a round at Adult), while the levels move little from round to round.
+#: Adult's exact-full fit replayed (with _HORIZON = 4): median 232-262 ms per round with 4 or 8
+#: against 278 ms with 1, the same g(eta*) in every round.
+_REGROUP_ROUNDS = 4
 #: Grid of a scan around eta_a, relative: 1 - w, 1, 1 + w, max(1.5, 1 + 3 w) (_Q points); members
 #: are tested on [1 - w, 1 + w].  Below the grid the anchor's largest loss per group bounds X.
 _Q = 4
@@ -102,8 +107,12 @@ _MAX_W = 0.9
 #: Rounds of eta's rise the members' window covers.
 _TREND_ROUNDS = 4
 #: Drift allowance of the lists: delta = max(_DELTA_MIN * loss spread, _HORIZON * 2 * drift rate).
+#: Adult's exact-full fit replayed (rounds 1-178, 2026-11-27): horizons 8 / 6 / 4 / 3 / 2 kept 3.32 /
+#: 2.33 / 1.50 / 1.13 / 0.74 million pairs at the end and rescanned a median 756 / 768 / 875 / 876 /
+#: 1224 columns a round; median 313 / 278 / 261 / 312 ms a round for 8 / 4 / 3 / 2 (the restricted
+#: solve and the commit read every pair; a rescan reads every row).
 _DELTA_MIN = 0.01
-_HORIZON = 8
+_HORIZON = 4
 #: The first solve of a fit (no drift seen yet): the drift allowance in loss spreads (Adult's
 #: exact-full fit, rounds 0-11 replayed: 18.2-18.7 s with 4, 8 or 16 against 20.4-21.9 s with the
 #: minimum, round 1 rescanning 17180 columns instead of all 36177).
@@ -217,6 +226,8 @@ class _FullState:
     stamp: int = 0
     scanned: int = 0  # columns scanned in all (for full passes)
     rounds: int = 0
+    grouped: int = -(1 << 30)  # the round the row groups were last made at
+    order: tuple | None = None
     perm: tuple | None = None
     last_failures: tuple = (0, 0)
     etas: list = field(default_factory=list)
@@ -297,8 +308,7 @@ def _flat(rows: np.ndarray, col_labels: np.ndarray, K: int) -> np.ndarray:
 
 
 def _new_anchor(st: _FullState, losses: np.ndarray, E: np.ndarray, mu: float) -> _Anchor:
-    gid = st.gid
-    order = np.argsort(gid, kind="stable")
+    gid, order = _group_order(st)[:2]
     g_sorted = gid[order]
     starts = np.flatnonzero(np.concatenate(([True], g_sorted[1:] != g_sorted[:-1])))
     groups = g_sorted[starts].astype(np.intp)
@@ -338,7 +348,9 @@ def _observe(st: _FullState, losses: np.ndarray) -> None:
             st.rate = max(st.rate, top)
     if st.previous is None or not np.array_equal(st.previous, losses):
         st.rounds += 1
-        st.gid = _level_groups(losses)
+        if st.rounds - st.grouped >= _REGROUP_ROUNDS:
+            st.gid = _level_groups(losses)
+            st.grouped = st.rounds
     st.previous = losses.copy()
     st.stamp += 1
 
@@ -424,17 +436,28 @@ def _scan_numpy(st, losses, cols, D, E, q_lo, q_hi, delta, mu):
     return i[kept_ids], kC, kR, counts, X, masks, mus
 
 
-def _permutation(st: _FullState):
-    """The scan's row order (by group) and what follows it, cached per grouping."""
-    cached = st.perm
+def _group_order(st: _FullState):
+    """(gid, the rows in group order (stable), the groups' starts in it, its inverse), cached per
+    grouping."""
+    cached = getattr(st, "order", None)  # (tests make anchors on plain namespaces)
     if cached is not None and cached[0] is st.gid:
         return cached
     gid = st.gid
-    order = np.argsort(gid, kind="stable")
-    seg = np.searchsorted(gid[order], np.arange(st.X.shape[1] + 1)).astype(np.int64)
+    order = np.argsort(gid, kind="stable").astype(np.int64)
+    seg = np.searchsorted(gid[order], np.arange(_GROUPS + 1)).astype(np.int64)
     inv = np.empty_like(order)
     inv[order] = np.arange(order.size)
-    st.perm = (gid, order.astype(np.int64), seg, np.ascontiguousarray(st.Zc[order]), st.sqc[order], inv)
+    st.order = (gid, order, seg, inv)
+    return st.order
+
+
+def _permutation(st: _FullState):
+    """The compiled scan's row order (by group) and what follows it, cached per grouping."""
+    cached = st.perm
+    if cached is not None and cached[0] is st.gid:
+        return cached
+    gid, order, seg, inv = _group_order(st)
+    st.perm = (gid, order, seg, np.ascontiguousarray(st.Zc[order]), st.sqc[order], inv)
     return st.perm
 
 
@@ -738,18 +761,25 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
         from budro.solvers import _full_numba
 
         use = _sparse_kernels.kernel_threads(solver.kernel_threads, n)
-        # The falls do not depend on eta: within a call (the same losses, st.stamp) only the
-        # columns committed since the last certificate are computed again
+        # The falls matter only where hull-pruned rows were recorded (a mask; elsewhere P is
+        # -inf and the fall is never read: 5 % of Adult's columns, 3-14 % of the pairs) and do
+        # not depend on eta: within a call (the same losses, st.stamp) only the columns committed
+        # since the last certificate are computed again
+        pruned = st.mask[order] != 0
         cached = st.down
         if cached is not None and cached[0] == st.stamp and cached[1] is losses:
             down, stale = cached[2], st.down_stale
-            cols = order[stale[order]]
+            cols = order[stale[order] & pruned]
         else:
-            down, cols = np.empty(n), order
+            down, cols = np.full(n, -np.inf), order[pruned]
         if cols.size:
+            # gathers from the anchor's losses and this round's, pair by pair, where the columns'
+            # pairs are fewer than a pass over each of their anchors' losses would read
+            pairs = int((st.ptr[cols + 1] - st.ptr[cols]).sum())
+            direct = pairs < np.unique(st.anchor_of[cols]).size * losses_flat.size
             with _sparse_kernels.parallel_threads(use):
                 _full_numba.list_down(st.ptr, st.flat, cols, st.anchor_of, st.anchor_losses, losses_flat, down,
-                                      max(1, min(cols.size, 4 * use)))
+                                      max(1, min(cols.size, 4 * use)), direct)
         st.down = (st.stamp, losses, down)
         st.down_stale = np.zeros(n, dtype=bool)
         # every anchor's grid, largest losses and rises as tables indexed by anchor id
@@ -758,7 +788,8 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
         _rises(st, losses, G, use)
         for a, anc in st.anchors.items():
             E[a], top[a], up[a] = anc.E, anc.top, anc.kept_rise(st.stamp, losses)
-        _full_numba.certify_bounds(float(eta), st.anchor_of, labels, E, top, up, st.X, st.mask, B, P)
+        with _sparse_kernels.parallel_threads(use):
+            _full_numba.certify_bounds(float(eta), st.anchor_of, labels, E, top, up, st.X, st.mask, B, P)
         return _verdict(st, v, v_top, room, B, P, down, mu)
     Ra = st.anchor_losses[np.repeat(st.anchor_of, np.diff(st.ptr)), st.flat]  # the pairs' anchor losses
     down = np.maximum.reduceat(Ra - losses_flat[st.flat], st.ptr[:-1])

@@ -453,7 +453,7 @@ def _emit(t, k, d, cols, labels, Z, sq, zero_rtol, LT, mu, gid, krow, kc, kl, ke
         out_R[base + x] = kl[x]
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, parallel=True)
 def certify_bounds(eta, anchor_of, labels, E, top, up, X, mask, B, P):  # pragma: no cover - compiled
     """The certificate's bounds at ``eta`` (``budro.solvers._dual_full._certify``, the same values
     as its numpy loop over anchors): per column j with anchor a and label k, ``B[j]`` = the largest
@@ -462,7 +462,7 @@ def certify_bounds(eta, anchor_of, labels, E, top, up, X, mask, B, P):  # pragma
     plus the group's rise ``up[a, g, k]`` (0 where not finite); ``P[j]`` = the largest rise over
     the groups of the column's hull-pruned rows (bits of ``mask[j]``), -inf if none."""
     n, G, Q = X.shape
-    for j in range(n):
+    for j in numba.prange(n):
         a = anchor_of[j]
         k = labels[j]
         q = -1  # the last grid point <= eta (searchsorted, side "right", minus 1)
@@ -493,20 +493,29 @@ def certify_bounds(eta, anchor_of, labels, E, top, up, X, mask, B, P):  # pragma
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def list_down(ptr, flat, cols, anchor_of, anchor_losses, losses_flat, out, nchunks):
+def list_down(ptr, flat, cols, anchor_of, anchor_losses, losses_flat, out, nchunks, direct):
     """Per column j of ``cols``, ``out[j]`` = the largest fall of a listed pair's loss since the
     column's anchor: ``max (A[flat] - losses_flat[flat])`` over its list, ``A =
     anchor_losses[anchor_of[j]]``.  The columns are taken in the order ``cols`` (best the order
     of their anchors), in ``nchunks`` chunks of it, one task each (every column's value is its
     own); a task computes ``A - losses_flat`` once for each anchor it meets and gathers from that
-    alone (gathers from two arrays of every anchor miss the cache: 3-4x slower at Adult)."""
+    alone (gathers from two arrays of every anchor miss the cache: 3-4x slower at Adult), unless
+    ``direct`` (few pairs per anchor: the two gathers cost less than a pass over ``A``)."""
     n = cols.size
     for ch in numba.prange(nchunks):
-        fall = np.empty(losses_flat.size)
+        fall = np.empty(0 if direct else losses_flat.size)
         current = -1
         for t in range(ch * n // nchunks, (ch + 1) * n // nchunks):
             j = cols[t]
             a = anchor_of[j]
+            if direct:
+                A = anchor_losses[a]
+                m = -np.inf
+                for r in range(ptr[j], ptr[j + 1]):
+                    f = flat[r]
+                    m = fmax(m, A[f] - losses_flat[f])
+                out[j] = m
+                continue
             if a != current:
                 A = anchor_losses[a]
                 for f in range(fall.size):
