@@ -456,12 +456,21 @@ def rounds_report(args) -> str:
 # ---------------------------------------------------------------------------- full
 
 
-def _full_rounds() -> dict:
+#: The fits whose losses ``full`` replays (``--fit-adversary``): the adversary's n_neighbors, the
+#: cache file, and how the report names the fit.
+_FITS = {"neighbours": (None, "full-adult.npz", "the paper's BuDRO fit"),
+         "exact": ("exact", "full-adult-exact.npz", "the BuDRO fit with the exact full adversary")}
+
+
+def _full_rounds(adversary: str = "neighbours") -> dict:
     """Adult: the losses of every round of the paper's BuDRO fit (experiments/adult.toml as it
-    is: n_neighbors = 100 adversary, XGBoost depth 14, lr 0.005, 179 rounds, one booster thread),
-    the fair embedding Z and eps (cached in $BUDRO_BENCH_CACHE, outside the repository)."""
+    is: n_neighbors = 100 adversary, XGBoost depth 14, lr 0.005, 179 rounds, one booster thread;
+    with ``adversary="exact"`` the same fit with n_neighbors = "exact", as
+    experiments/adult-exact-full.toml, whose losses drift otherwise), the fair embedding Z and eps
+    (cached in $BUDRO_BENCH_CACHE, outside the repository)."""
+    n_neighbors, name, _ = _FITS[adversary]
     CACHE.mkdir(parents=True, exist_ok=True)
-    path = CACHE / "full-adult.npz"
+    path = CACHE / name
     if path.exists():
         f = np.load(path, allow_pickle=False)
         return {k: f[k] for k in f.files}
@@ -480,7 +489,7 @@ def _full_rounds() -> dict:
         seen["Z"], seen["labels"] = info.problem.cost.Z, info.problem.labels
 
     BuDROClassifier(backend="xgboost", backend_params=params, eps=cfg.eps, n_steps=cfg.n_steps, random_state=0,
-                    n_neighbors=cfg.n_neighbors, callbacks=[keep], solver=cfg.solver,
+                    n_neighbors=n_neighbors or cfg.n_neighbors, callbacks=[keep], solver=cfg.solver,
                     solver_params=dict(cfg.solver_params), fair_metric=cfg.fair_metric,
                     fair_metric_params=dict(cfg.fair_metric_params), protected=list(cfg.protected) or None).fit(X, y)
     out = {"losses": np.array(seen["losses"]), "steps": np.array(seen["steps"]), "labels": seen["labels"],
@@ -499,7 +508,7 @@ def _full_part(part: str, opts: dict) -> dict:
     threads = int(opts["threads"])
     out: dict = {}
     if part in ("adult", "adult-fit", "subsample"):
-        f = _full_rounds()
+        f = _full_rounds(opts["fit_adversary"])
         L, y, Z, eps = f["losses"], f["labels"], f["Z"], float(f["eps"])
         if part == "subsample":  # a 20000-row subsample, every round, then the dense path on some
             rows = np.sort(np.random.default_rng(0).choice(L.shape[1], size=int(opts["sub_n"]), replace=False))
@@ -590,8 +599,9 @@ def _stats(rounds: list, key: str) -> tuple[float, float, float]:
 def full_report(args) -> str:
     """The exact full-problem path of ``dual`` (budro.solvers._dual_full) through a fit's rounds."""
     opts = {"threads": args.threads, "sub_n": 20000, "check_sub": args.check_sub, "check_full": args.check_full,
-            "syn_n": args.syn_n, "syn_rounds": args.syn_rounds, "big_n": args.big_n, "big_cols": 2048}
-    _full_rounds()  # record the fit's losses first (cached)
+            "syn_n": args.syn_n, "syn_rounds": args.syn_rounds, "big_n": args.big_n, "big_cols": 2048,
+            "fit_adversary": args.fit_adversary}
+    _full_rounds(args.fit_adversary)  # record the fit's losses first (cached)
     load0 = os.getloadavg()[0]
     parts = {p: _full_child(p, opts, 3 * 3600) for p in ("adult", "adult-fit", "subsample", "synthetic", "scan-rate")}
     lines = []
@@ -605,7 +615,7 @@ def full_report(args) -> str:
     mr, ar, xr = _stats(warm, "rescanned")
     zero = sum(r["rescanned"] == 0 for r in warm)
     lines += [
-        f"**Adult** (n = {a['n']}, eps = 0.4, the {len(a['rounds'])} rounds of the paper's BuDRO fit, "
+        f"**Adult** (n = {a['n']}, eps = 0.4, the {len(a['rounds'])} rounds of {_FITS[args.fit_adversary][2]}, "
         f"`DualSolver(kernel_threads={args.threads})`, OMP_NUM_THREADS={args.threads}):",
         "",
         "| | median | mean | max |",
@@ -673,8 +683,10 @@ def full_report(args) -> str:
     lines.append(f"Load average (other work on this 2-core machine, shared with other jobs) at the start: {load0:.1f}, "
                  f"at the end: {os.getloadavg()[0]:.1f}; wall times are inflated by it, CPU times less so.  Equality "
                  f"checks: `DualSolver(full_min_n=None, max_dense_n=None)` (the dense column-block path) on the same "
-                 f"problem.  Losses: experiments/adult.toml's BuDRO fit (n_neighbors = 100 adversary, XGBoost, one "
-                 f"thread), recorded by a callback and cached in $BUDRO_BENCH_CACHE.")
+                 f"problem.  Losses: experiments/adult.toml's BuDRO fit (XGBoost, one thread) with "
+                 + ("its n_neighbors = 100 adversary" if args.fit_adversary == "neighbours" else
+                    'n_neighbors = "exact" (the exact full adversary, as experiments/adult-exact-full.toml)')
+                 + ", recorded by a callback and cached in $BUDRO_BENCH_CACHE.")
     return "\n".join(lines)
 
 
@@ -845,6 +857,9 @@ def main(argv=None) -> int:
                     help="full: rounds checked against the dense dual at Adult's full n (minutes each)")
     ap.add_argument("--check-sub", type=lambda v: [int(x) for x in v.split(",") if x], default=[30, 100, 178],
                     help="full: rounds checked against the dense dual on the 20000-row subsample")
+    ap.add_argument("--fit-adversary", choices=sorted(_FITS), default="neighbours",
+                    help="full: replay the losses of adult.toml's fit with its 100-neighbour adversary, or of the "
+                         "same fit with the exact full adversary (its own section)")
     ap.add_argument("--syn-n", type=int, default=100_000, help="full: rows of the synthetic run")
     ap.add_argument("--syn-rounds", type=int, default=12, help="full: rounds of the synthetic run")
     ap.add_argument("--big-n", type=int, default=1_000_000, help="full, large: rows of the scan-rate measurement")
@@ -863,7 +878,8 @@ def main(argv=None) -> int:
               "restriction": f"Sparse restriction quality (Adult, n = {args.n})",
               "sgd-gap": "dual-sgd gap to the exact dual",
               "rounds": "Rounds of a BuDRO fit",
-              "full": "Exact full problem (dual on an EmbeddingCost, warm lists)",
+              "full": "Exact full problem (dual on an EmbeddingCost, warm lists)"
+                      + ("" if args.fit_adversary == "neighbours" else ", on the exact-full fit's losses"),
               "large": "Exact full problem at large n (synthetic)",
               "locality": "Neighbour lists renumbered by locality"}
     for what in todo:
