@@ -531,7 +531,7 @@ def test_compiled_group_rise_equals_numpy(seed):
     anchors at once and numpy's reduceat agree exactly (empty groups -inf, ties)."""
     rng = np.random.default_rng(seed)
     n, K, G = 300, 3, 8
-    st_ = SimpleNamespace(gid=rng.integers(0, G - 2, n).astype(np.int8))  # two groups stay empty
+    st_ = SimpleNamespace(gid=rng.integers(0, G - 2, n).astype(np.int8), order=None)  # two groups stay empty
     anchor_losses = np.round(rng.random((n, K)), 2)
     anc = _dual_full._new_anchor(st_, anchor_losses, np.array([0.1, 0.2, 0.3, 0.6]), 0.01)
     later = anchor_losses + np.round(rng.normal(scale=0.05, size=(n, K)), 3)

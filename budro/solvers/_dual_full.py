@@ -447,7 +447,7 @@ def _scan_numpy(st, losses, cols, D, E, q_lo, q_hi, delta, mu):
 def _group_order(st: _FullState):
     """(gid, the rows in group order (stable), the groups' starts in it, its inverse), cached per
     grouping."""
-    cached = getattr(st, "order", None)  # (tests make anchors on plain namespaces)
+    cached = st.order
     if cached is not None and cached[0] is st.gid:
         return cached
     gid = st.gid
@@ -678,7 +678,7 @@ def _rescan(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray,
     used = set(np.unique(st.anchor_of).tolist())
     live = [a for a in st.anchors if a in used]  # oldest first
     for a in list(st.anchors):
-        if a not in live:
+        if a not in used:
             del st.anchors[a]
     while len(live) >= max(8, min(_MAX_ANCHORS, _ANCHOR_BYTES // max(losses.nbytes, 1))):
         oldest = live.pop(0)
