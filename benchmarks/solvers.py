@@ -69,7 +69,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _report import replace_section  # benchmarks/ is the script's folder, first on sys.path
+from _report import machine_speed, replace_section, speed_text  # benchmarks/ is the script's folder, first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("BUDRO_BENCH_CACHE", "/tmp/budro-bench"))
@@ -603,6 +603,7 @@ def full_report(args) -> str:
             "fit_adversary": args.fit_adversary}
     _full_rounds(args.fit_adversary)  # record the fit's losses first (cached)
     load0 = os.getloadavg()[0]
+    speed0 = machine_speed()
     parts = {p: _full_child(p, opts, 3 * 3600) for p in ("adult", "adult-fit", "subsample", "synthetic", "scan-rate")}
     lines = []
     a = parts["adult"]
@@ -681,7 +682,9 @@ def full_report(args) -> str:
                   f"how many columns need rescans per round at this n was not measured (see the synthetic run "
                   f"above for n = {y_.get('n')}).", ""]
     lines.append(f"Load average (other work on this 2-core machine, shared with other jobs) at the start: {load0:.1f}, "
-                 f"at the end: {os.getloadavg()[0]:.1f}; wall times are inflated by it, CPU times less so.  Equality "
+                 f"at the end: {os.getloadavg()[0]:.1f}; wall times are inflated by it, CPU times less so.  Machine "
+                 f"speed (`machine_speed` of benchmarks/_report.py) at the start: {speed_text(speed0)}; at the end: "
+                 f"{speed_text(machine_speed())}.  Equality "
                  f"checks: `DualSolver(full_min_n=None, max_dense_n=None)` (the dense column-block path) on the same "
                  f"problem.  Losses: experiments/adult.toml's BuDRO fit (XGBoost, one thread) with "
                  + ("its n_neighbors = 100 adversary" if args.fit_adversary == "neighbours" else
@@ -695,6 +698,7 @@ def large_report(args) -> str:
     at each ``--large-n`` (columns rescanned per round, as a share of n) and the scan rate at
     ``--big-n`` rows, and from the two a projection of a warm round at ``--big-n`` (not a run)."""
     load0 = os.getloadavg()[0]
+    speed0 = machine_speed()
     runs = []
     for n in args.large_n:
         opts = {"threads": args.threads, "syn_n": n, "syn_rounds": args.syn_rounds}
@@ -732,7 +736,9 @@ def large_report(args) -> str:
                          f"measured at n = {runs[-1]['n']:,} ({100 * share:.1f} %), a warm round at n = {b['n']:,} "
                          f"would rescan about {share * b['n']:,.0f} columns, {share * b['n'] * per_col:.0f} CPU "
                          "seconds of scans, plus the restricted solve (linear in the pairs kept).")
-    lines += ["", f"Load average at the start: {load0:.1f}, at the end: {os.getloadavg()[0]:.1f}."]
+    lines += ["", f"Load average at the start: {load0:.1f}, at the end: {os.getloadavg()[0]:.1f}.  Machine speed "
+              f"(`machine_speed` of benchmarks/_report.py) at the start: {speed_text(speed0)}; at the end: "
+              f"{speed_text(machine_speed())}."]
     return "\n".join(lines)
 
 
