@@ -1,6 +1,6 @@
 """End-to-end training benchmark: BuDRO versus plain boosting, per backend, on the paper's settings.
 
-    BUDRO_DATA_HOME=../shared/data python benchmarks/training.py                 # everything (~20 min)
+    BUDRO_DATA_HOME=../shared/data python benchmarks/training.py                 # everything (~25 min)
     python benchmarks/training.py --settings adult --backends xgboost --exactness 2
     python benchmarks/training.py --settings none --whole-fit none --scaling 10000,100000,1000000
     python benchmarks/training.py --settings none --whole-fit adult              # the config as a user runs it
