@@ -61,6 +61,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import subprocess
 import sys
 import time
@@ -878,7 +879,7 @@ def main(argv=None) -> int:
                     help="locality: real settings too (e.g. adult: its lists and every round's losses of the paper's fit)")
     ap.add_argument("--output", default=str(REPO / "docs" / "solvers-benchmark.md"))
     args = ap.parse_args(argv)
-    command = "python benchmarks/solvers.py " + " ".join(argv)
+    command = "python benchmarks/solvers.py " + shlex.join(argv)  # quoted: empty values show
     todo = ["speed", "restriction", "sgd-gap", "rounds"] if args.what == "all" else [args.what]
     titles = {"speed": "Time and memory per solve",
               "restriction": f"Sparse restriction quality (Adult, n = {args.n})",

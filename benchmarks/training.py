@@ -41,6 +41,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import subprocess
 import sys
 import time
@@ -785,7 +786,7 @@ def main(argv=None) -> int:
         print(json.dumps({k: v for k, v in r.items() if k not in ("exactness", "rows", "thread_choice")}, default=str),
               file=sys.stderr, flush=True)
     _SPEED["after"] = machine_speed()
-    command = ("python benchmarks/training.py " + " ".join(argv)).strip()
+    command = ("python benchmarks/training.py " + shlex.join(argv)).strip()  # quoted: empty values show
     paper = [r for r in results if r["kind"] in ("paper", "synthetic")]
     wholes = [r for r in results if r["kind"] == "whole"]
     trees = [r for r in results if r["kind"] == "tree"]
