@@ -1,6 +1,6 @@
 """Shared by the benchmark scripts: write a report section into a markdown file in place, and
 measure how fast the machine is at the moment (this 2-core machine is shared with other jobs:
-the same fit's CPU time has varied by 1.6x within ten minutes, so every report says how fast
+the same fit's CPU time has varied by 1.6x within minutes, so every report says how fast
 the machine was before and after its runs)."""
 
 from __future__ import annotations
