@@ -316,10 +316,9 @@ def _flat(rows: np.ndarray, col_labels: np.ndarray, K: int) -> np.ndarray:
 
 
 def _new_anchor(st: _FullState, losses: np.ndarray, E: np.ndarray, mu: float) -> _Anchor:
-    gid, order = _group_order(st)[:2]
-    g_sorted = gid[order]
-    starts = np.flatnonzero(np.concatenate(([True], g_sorted[1:] != g_sorted[:-1])))
-    groups = g_sorted[starts].astype(np.intp)
+    gid, order, seg, _ = _group_order(st)
+    groups = np.flatnonzero(seg[1:] > seg[:-1])  # the non-empty groups, and where they start
+    starts = seg[groups]
     top = np.full((_GROUPS, losses.shape[1]), _NONE)
     top[groups] = np.maximum.reduceat(losses[order], starts, axis=0)
     return _Anchor(E=np.asarray(E, dtype=np.float64), mu=float(mu), gid=gid, order=order, starts=starts,
@@ -460,12 +459,13 @@ def _group_order(st: _FullState):
 
 
 def _permutation(st: _FullState):
-    """The compiled scan's row order (by group) and what follows it, cached per grouping."""
+    """The compiled scan's embedding and squared norms with the rows in group order
+    (:func:`_group_order`), cached per grouping: ``(gid, Zp, sqc_p)``."""
     cached = st.perm
     if cached is not None and cached[0] is st.gid:
         return cached
-    gid, order, seg, inv = _group_order(st)
-    st.perm = (gid, order, seg, np.ascontiguousarray(st.Zc[order]), st.sqc[order], inv)
+    gid, order = _group_order(st)[:2]
+    st.perm = (gid, np.ascontiguousarray(st.Zc[order]), st.sqc[order])
     return st.perm
 
 
@@ -527,7 +527,8 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
         return _scan_numpy(st, losses, cols, D, E, q_lo, q_hi, delta, mu)
     from budro.solvers import _full_numba
 
-    _, order, seg, Zp, sqc_p, inv = _permutation(st)
+    _, order, seg, inv = _group_order(st)
+    Zp, sqc_p = _permutation(st)[1:]
     b = cols.size
     # (b, n) dot products, rows in group order, in a buffer kept on the state: a fresh block of
     # up to _BLOCK_BYTES each time costs its page faults again (10.4 instead of 13-15 ms a block
