@@ -458,9 +458,10 @@ def rounds_report(args) -> str:
 
 
 #: The fits whose losses ``full`` replays (``--fit-adversary``): the adversary's n_neighbors, the
-#: cache file, and how the report names the fit.
-_FITS = {"neighbours": (None, "full-adult.npz", "the paper's BuDRO fit"),
-         "exact": ("exact", "full-adult-exact.npz", "the BuDRO fit with the exact full adversary")}
+#: cache file, how the report names the fit, and its adversary in the report's note on the losses.
+_FITS = {"neighbours": (None, "full-adult.npz", "the paper's BuDRO fit", "its n_neighbors = 100 adversary"),
+         "exact": ("exact", "full-adult-exact.npz", "the BuDRO fit with the exact full adversary",
+                   'n_neighbors = "exact" (the exact full adversary, as experiments/adult-exact-full.toml)')}
 
 
 def _full_rounds(adversary: str = "neighbours") -> dict:
@@ -469,7 +470,7 @@ def _full_rounds(adversary: str = "neighbours") -> dict:
     with ``adversary="exact"`` the same fit with n_neighbors = "exact", as
     experiments/adult-exact-full.toml, whose losses drift otherwise), the fair embedding Z and eps
     (cached in $BUDRO_BENCH_CACHE, outside the repository)."""
-    n_neighbors, name, _ = _FITS[adversary]
+    n_neighbors, name = _FITS[adversary][:2]
     CACHE.mkdir(parents=True, exist_ok=True)
     path = CACHE / name
     if path.exists():
@@ -688,9 +689,7 @@ def full_report(args) -> str:
                  f"{speed_text(machine_speed())}.  Equality "
                  f"checks: `DualSolver(full_min_n=None, max_dense_n=None)` (the dense column-block path) on the same "
                  f"problem.  Losses: experiments/adult.toml's BuDRO fit (XGBoost, one thread) with "
-                 + ("its n_neighbors = 100 adversary" if args.fit_adversary == "neighbours" else
-                    'n_neighbors = "exact" (the exact full adversary, as experiments/adult-exact-full.toml)')
-                 + ", recorded by a callback and cached in $BUDRO_BENCH_CACHE.")
+                 f"{_FITS[args.fit_adversary][3]}, recorded by a callback and cached in $BUDRO_BENCH_CACHE.")
     return "\n".join(lines)
 
 
