@@ -461,6 +461,37 @@ def test_move_is_a_memmove(length, d, s):
         np.testing.assert_array_equal(a, expected)
 
 
+@pytest.mark.parametrize("seed, integer, n_distinct", [(0, False, None), (1, True, 150), (2, True, None)])
+def test_cold_sample_estimate_is_the_same_by_the_list_kernel_and_numpy(seed, integer, n_distinct):
+    """The cold solve's estimate of eta* (the minimiser of g on a sample of columns) read off by
+    the compiled list kernel equals numpy's breakpoint read-off of the same hulls, to rounding:
+    tied integer losses (lists nearly all hull, as at a fit's first rounds), duplicated points;
+    and the compiled sample scan without the left-out bounds keeps the same lists."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    losses, labels, Z = make_instance(rng, n, 2, integer=integer, n_distinct=n_distinct, d=3)
+    Z[:40] = Z[40:80]
+    problem = TransportProblem(losses, labels, EmbeddingCost(Z, cache_bytes=0), 0.05)
+    etas = []
+    for kernel in KERNELS:
+        solver = FullPathSolver(kernel=kernel)
+        st_ = _dual_full._state(solver, problem)
+        _dual_full._observe(st_, problem.losses)
+        _, scale_eta = _dual_full._settings(solver, st_, problem)
+        etas.append(_dual_full._cold_eta(solver, st_, problem, _dual_full._Budget(None, None), scale_eta))
+        if kernel == "numba":
+            E = scale_eta * np.concatenate(([0.0], np.geomspace(1e-3, 1e3, 13)))
+            cols = np.arange(0, n, 7)
+            with_x = _dual_full._scan_block(solver, st_, problem.losses, cols, E, 1, E.size - 1, 0.0, 0.0)
+            lists = _dual_full._scan_block_grid(solver, st_, problem.losses, cols, E)
+            for i in (0, 1, 2, 3, 5, 6):  # rows, C, R, counts, masks, margins
+                np.testing.assert_array_equal(with_x[i], lists[i])
+            assert lists[4].shape == (cols.size, 0, E.size)  # no bounds computed
+    assert etas[0] > 0.0
+    np.testing.assert_allclose(etas, etas[0], rtol=1e-12)
+    assert len(etas) == len(KERNELS)
+
+
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="the output room is the compiled scan's")
 @pytest.mark.parametrize("cap", [(1, 1), (2, 3), (5, 2)])
 def test_lists_longer_than_the_scan_room_are_rescanned_alone_with_the_same_result(cap, monkeypatch):
@@ -818,9 +849,9 @@ def test_large_n_scans_blocks_of_at_least_min_block_cols_within_the_wide_budget(
     seen, results = [], []
     scan_block = _dual_full._scan_block
 
-    def spy(solver, st_, losses_, cols, *args):
+    def spy(solver, st_, losses_, cols, *args, **kwargs):
         seen[-1].append(cols.size)
-        return scan_block(solver, st_, losses_, cols, *args)
+        return scan_block(solver, st_, losses_, cols, *args, **kwargs)
 
     monkeypatch.setattr(_dual_full, "_scan_block", spy)
     monkeypatch.setattr(_dual_full, "_BLOCK_BYTES", 20 * per_col)  # 20 columns a block

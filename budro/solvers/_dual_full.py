@@ -520,8 +520,10 @@ def _gemm_pool(threads: int):
     return pool
 
 
-def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
-    """Scan the columns ``cols``: (rows, C, R, counts, X, masks), lists grouped by column."""
+def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu, *, bounds: bool = True):
+    """Scan the columns ``cols``: (rows, C, R, counts, X, masks), lists grouped by column.
+    ``bounds=False``: the lists alone (the compiled scan leaves the left-out bounds out: X has no
+    groups)."""
     if not compiled(solver):
         D = st.Zc[cols] @ st.Zc.T  # (b, n) dot products of the centred points
         return _scan_numpy(st, losses, cols, D, E, q_lo, q_hi, delta, mu)
@@ -539,7 +541,12 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     D = dots[:b]
     use = _sparse_kernels.kernel_threads(solver.kernel_threads, None)  # each column scans n >= full_min_n rows
     _dots(st.Zc[cols], Zp, D, use)
-    Q, G = E.size, st.X.shape[1]
+    fast = fast_grid(E, q_lo, q_hi)
+    # without the bounds, the generic kernel gets no group segments (the standard grid's finds
+    # its members by them: it always computes its bounds)
+    bounds = bounds or fast
+    Q, G = E.size, st.X.shape[1] if bounds else 0
+    seg_x = seg if bounds else seg[:1]
     cached = st.losses_t
     if cached is None or cached[0] is not losses or cached[1] is not order:  # once per rescan, not per block
         LT = np.ascontiguousarray(losses.T)
@@ -552,7 +559,6 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
     cap = _LIST_CAP[0] if math.isfinite(delta) else _LIST_CAP[1]
     # a wide block (small n): its outputs within a block's bytes too (longer lists: scanned again)
     cap = min(cap, max(64, _BLOCK_BYTES // (24 * b)))
-    fast = fast_grid(E, q_lo, q_hi)
     cols64 = cols.astype(np.int64)
 
     def run(sel, D_sel, X_sel, masks_sel, mus_sel, counts_sel, cap_sel):
@@ -561,8 +567,8 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu):
         with _sparse_kernels.parallel_threads(use):
             _full_numba.scan(sel, inv[sel], D_sel, sqc_p, st.kappa, float(st.sqc.max()), st.cost.Z, st.cost._sq,
                              ZERO_RTOL, LTp, LT, st.labels, E, q_lo, q_hi, float(delta), float(mu), _KMAX,
-                             st.gid, order, seg, fast, st.n >= _TILE_MIN_N, X_sel, masks_sel, mus_sel, *out, counts_sel,
-                             cap_sel, max(1, min(m, 4 * use)))
+                             st.gid, order, seg_x, fast, st.n >= _TILE_MIN_N, X_sel, masks_sel, mus_sel, *out,
+                             counts_sel, cap_sel, max(1, min(m, 4 * use)))
         return out
 
     out_rows, out_C, out_R = run(cols64, D, X, masks, mus, counts, cap)
@@ -1080,17 +1086,33 @@ def _cold_eta(solver, st: _FullState, problem: TransportProblem, budget: _Budget
     C = np.concatenate([p[1] for p in parts])
     R = np.concatenate([p[2] for p in parts])
     counts = np.concatenate([p[3] for p in parts])
+    # g on the sample: eps * eta + mean_j max (R - eta C): minimised over the hulls' breakpoints
+    if compiled(solver):
+        # by the list kernel (its exact hulls' edges), as a restricted solve reads them off: at
+        # the first rounds of a fit (nearly tied losses) the sample's lists are nearly all hull,
+        # 400 000 pairs and more, which numpy's pass-by-pass hulls took 0.6-1.1 s to go through
+        K = problem.n_labels
+        labels = problem.labels[cols]
+        ptr = np.zeros(s + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        flat = rows.astype(np.int64) * K + np.repeat(labels, counts)
+        out = _sparse_kernels.sparse_candidates(
+            labels, K, C, flat, np.ascontiguousarray(problem.losses).reshape(-1), 0.0, np.ones(s),
+            threads=solver.kernel_threads, ptr=ptr, width=int(counts.max()))
+        edge_e, edge_dc, last_cost = out[5], out[6], out[7]
+        need = float(last_cost[:s].sum()) - s * problem.eps
+        return 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
     loc = np.repeat(np.arange(s), counts)
     rows, loc, R, C = _upper_hulls(rows, loc, R, C, 0.0, s)
-    # g on the sample: eps * eta + mean_j max (R - eta C): minimise over the hulls' breakpoints
     sub = SimpleNamespace(n=s, eps=problem.eps)  # all the read-off reads of a problem
     cand = _Candidates(rows=rows, cols=loc, starts=np.searchsorted(loc, np.arange(s)), R=R, C=C)
     return _dual_plan.breakpoint_eta(sub, cand)
 
 
 def _scan_block_grid(solver, st, losses, cols, E):
-    """Members over the whole grid ``E[1:]`` with no drift allowance and no hull margin."""
-    return _scan_block(solver, st, losses, cols, E, 1, E.size - 1, 0.0, 0.0)
+    """Members over the whole grid ``E[1:]`` with no drift allowance and no hull margin (the
+    lists alone: the cold sample's, which no certificate reads)."""
+    return _scan_block(solver, st, losses, cols, E, 1, E.size - 1, 0.0, 0.0, bounds=False)
 
 
 def _ensure_scanned(solver, st, problem, budget, scale_eta):
