@@ -150,6 +150,10 @@ def _put4(X, t, g, m0, m1, m2, m3):
     X[t, g, 3] = m3
 
 
+#: Rows per block of :func:`_members_fast`'s search for members.
+_MEMBER_BLOCK = 64
+
+
 @numba.njit(cache=True, nogil=True, fastmath=True)
 def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order, krow):
     """The standard grid (4 points, members tested on the first 2 intervals): members' rows in
@@ -172,8 +176,7 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
         cu = c + err
         v1 = fmax(v1, Lp[i] - e1 * cu)
         v2 = fmax(v2, Lp[i] - e2 * cu)
-    n0 = n1 = n2 = n3 = 0
-    d1, d2, d3 = delta / 4.0, delta / 16.0, delta / 64.0
+    n0 = 0
     for i in range(n):
         c = cb[i] - err
         c = c if c > 0.0 else 0.0
@@ -183,18 +186,29 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
         x = fmax(a, b)  # the pair is a member for allowances >= -x
         sl[i] = x
         n0 += x >= -delta
-        n1 += x >= -d1
-        n2 += x >= -d2
-        n3 += x >= -d3
-    d = delta if n0 <= kmax else (d1 if n1 <= kmax else (d2 if n2 <= kmax else d3))
+    d = delta
+    if n0 > kmax:  # the smaller allowances' counts only where delta makes too many members
+        d1, d2 = delta / 4.0, delta / 16.0
+        n1 = n2 = 0
+        for i in range(n):
+            n1 += sl[i] >= -d1
+            n2 += sl[i] >= -d2
+        d = d1 if n1 <= kmax else (d2 if n2 <= kmax else delta / 64.0)
     # a member: sl >= -d, and the own row always (no flag array: the test is repeated where
-    # it is needed, one pass over the rows less)
+    # it is needed, one pass over the rows less); blocks of rows without one are passed over
+    # after a vectorised maximum (members are few: the branch per row cost a sixth of the scan)
     sl[jp] = 1.0
     k = 0
-    for i in range(n):
-        if sl[i] >= -d:
-            krow[k] = order[i]
-            k += 1
+    for lo in range(0, n, _MEMBER_BLOCK):
+        sb = sl[lo:min(n, lo + _MEMBER_BLOCK)]
+        top = NONE
+        for i in range(sb.size):
+            top = fmax(top, sb[i])
+        if top >= -d:
+            for i in range(sb.size):
+                if sb[i] >= -d:
+                    krow[k] = order[lo + i]
+                    k += 1
     for g in range(seg.size - 1):
         m0 = m1 = m2 = m3 = NONE
         # over slices from 0: a loop from seg[g] is not vectorised (6x slower)
