@@ -1084,7 +1084,6 @@ def _cold_eta(solver, st: _FullState, problem: TransportProblem, budget: _Budget
         parts.append((rows, C, R, counts))
     rows = np.concatenate([p[0] for p in parts])
     C = np.concatenate([p[1] for p in parts])
-    R = np.concatenate([p[2] for p in parts])
     counts = np.concatenate([p[3] for p in parts])
     # g on the sample: eps * eta + mean_j max (R - eta C): minimised over the hulls' breakpoints
     if compiled(solver):
@@ -1103,6 +1102,7 @@ def _cold_eta(solver, st: _FullState, problem: TransportProblem, budget: _Budget
         need = float(last_cost[:s].sum()) - s * problem.eps
         return 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
     loc = np.repeat(np.arange(s), counts)
+    R = np.concatenate([p[2] for p in parts])
     rows, loc, R, C = _upper_hulls(rows, loc, R, C, 0.0, s)
     sub = SimpleNamespace(n=s, eps=problem.eps)  # all the read-off reads of a problem
     cand = _Candidates(rows=rows, cols=loc, starts=np.searchsorted(loc, np.arange(s)), R=R, C=C)

@@ -196,7 +196,7 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
         d = d1 if n1 <= kmax else (d2 if n2 <= kmax else delta / 64.0)
     # a member: sl >= -d, and the own row always (no flag array: the test is repeated where
     # it is needed, one pass over the rows less); blocks of rows without one are passed over
-    # after a vectorised maximum (members are few: the branch per row cost a sixth of the scan)
+    # after a vectorised maximum (members are few: a branch per row was a fifth of these passes)
     sl[jp] = 1.0
     k = 0
     for lo in range(0, n, _MEMBER_BLOCK):
