@@ -585,6 +585,31 @@ def _full_part(part: str, opts: dict) -> dict:
     return out
 
 
+#: Rows from which a synthetic run or a scan-rate measurement takes the exact full path (the
+#: default ``DualSolver.full_min_n``; below it an embedding cost goes the dense way).
+_MIN_ROWS = 4000
+
+
+def _rows(skip: bool = False):
+    """argparse type: a number of rows >= _MIN_ROWS (0 too where ``skip``: the part is not run)."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = -1
+        if n >= _MIN_ROWS or (skip and n == 0):
+            return n
+        zero = " or 0 (skip)" if skip else ""
+        raise argparse.ArgumentTypeError(
+            f"expected a number of rows >= {_MIN_ROWS} (the exact full path's full_min_n){zero}, got {text!r}")
+    return parse
+
+
+def _rows_list(text: str) -> list[int]:
+    """argparse type: comma-separated numbers of rows, each >= _MIN_ROWS."""
+    return [_rows()(x) for x in text.split(",") if x]
+
+
 def _full_child(part: str, opts: dict, timeout: float) -> dict:
     proc = subprocess.run([sys.executable, __file__, "_full", part, json.dumps(opts)], capture_output=True, text=True,
                           timeout=timeout, env=os.environ | {"OMP_NUM_THREADS": str(opts["threads"])})
@@ -606,7 +631,9 @@ def full_report(args) -> str:
     _full_rounds(args.fit_adversary)  # record the fit's losses first (cached)
     load0 = os.getloadavg()[0]
     speed0 = machine_speed()
-    parts = {p: _full_child(p, opts, 3 * 3600) for p in ("adult", "adult-fit", "subsample", "synthetic", "scan-rate")}
+    skipped = {"synthetic": args.syn_n == 0, "scan-rate": args.big_n == 0}
+    parts = {p: {"error": "skipped"} if skipped.get(p) else _full_child(p, opts, 3 * 3600)
+             for p in ("adult", "adult-fit", "subsample", "synthetic", "scan-rate")}
     lines = []
     a = parts["adult"]
     if "error" in a:
@@ -703,7 +730,8 @@ def large_report(args) -> str:
     for n in args.large_n:
         opts = {"threads": args.threads, "syn_n": n, "syn_rounds": args.syn_rounds}
         runs.append(_full_child("synthetic", opts, 3 * 3600))
-    b = _full_child("scan-rate", {"threads": args.threads, "big_n": args.big_n, "big_cols": 2048}, 3 * 3600)
+    b = (_full_child("scan-rate", {"threads": args.threads, "big_n": args.big_n, "big_cols": 2048}, 3 * 3600)
+         if args.big_n else None)
     lines = ["| n | cold solve (wall / CPU) | warm round, median (wall / CPU) | mean (wall / CPU) | "
              "columns rescanned per warm round, median (share of n) | max | peak RSS |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -723,7 +751,9 @@ def large_report(args) -> str:
     lines += ["", f"Synthetic rounds: p = 35 (Adult's rank), {args.syn_rounds} rounds, losses drifting by at most 0.005 "
               "per round (the paper's learning rate at Adult), eps = 0.4, `DualSolver(kernel_threads="
               f"{args.threads})`; every round converged (certified), else the run stops with an error.", ""]
-    if "error" in b:
+    if b is None:
+        pass  # --big-n 0: no scan-rate measurement, no projection
+    elif "error" in b:
         lines.append(f"Scan rate at n = {args.big_n}: failed: {b['error'][-500:]!r}")
     else:
         per_col = b["cpu"] / b["cols"]
@@ -866,11 +896,13 @@ def main(argv=None) -> int:
     ap.add_argument("--fit-adversary", choices=sorted(_FITS), default="neighbours",
                     help="full: replay the losses of adult.toml's fit with its 100-neighbour adversary, or of the "
                          "same fit with the exact full adversary (its own section)")
-    ap.add_argument("--syn-n", type=int, default=100_000, help="full: rows of the synthetic run")
+    ap.add_argument("--syn-n", type=_rows(skip=True), default=100_000,
+                    help=f"full: rows of the synthetic run (>= {_MIN_ROWS}; 0 skips it)")
     ap.add_argument("--syn-rounds", type=int, default=12, help="full: rounds of the synthetic run")
-    ap.add_argument("--big-n", type=int, default=1_000_000, help="full, large: rows of the scan-rate measurement")
-    ap.add_argument("--large-n", type=lambda v: [int(x) for x in v.split(",") if x], default=[100_000, 300_000],
-                    help="large: rows of the synthetic runs, comma separated")
+    ap.add_argument("--big-n", type=_rows(skip=True), default=1_000_000,
+                    help=f"full, large: rows of the scan-rate measurement (>= {_MIN_ROWS}; 0 skips it)")
+    ap.add_argument("--large-n", type=_rows_list, default=[100_000, 300_000],
+                    help=f"large: rows of the synthetic runs, comma separated (each >= {_MIN_ROWS})")
     ap.add_argument("--locality-n", type=lambda v: [int(x) for x in v.split(",")], default=[100_000, 300_000, 1_000_000],
                     help="locality: numbers of points")
     ap.add_argument("--locality-rounds", type=int, default=8, help="locality: rounds per size")
