@@ -44,7 +44,8 @@ experiments/adult.toml's configuration, cached outside the repository): wall and
 round, columns rescanned, pairs kept, peak RSS, and equality with the dense dual on the rounds
 checked (``--check-full`` at n = 36177, minutes each; ``--check-sub`` on a 20000-row subsample,
 where a cold exact solve is timed too); a synthetic run at ``--syn-n`` rows, and the scan rate at
-``--big-n`` rows (the unit of a cold pass there).  Each part runs in its own process.
+``--big-n`` rows (the unit of a cold pass there; 0 skips either).  Each part runs in its own
+process.  Sizes of rows below the full path's ``full_min_n`` (4000) are refused up front.
 
 ``large``: the same path at large n without a fit's losses: synthetic drifting rounds at each
 ``--large-n`` (how many columns need rescans per round, as a share of n) and the scan rate at
