@@ -988,8 +988,7 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
             out = _run_kernel(solver, st, problem, None, tau)
         st.kernel_output = out
         st.dirty = np.zeros(n, dtype=bool)
-        need = float(out.last_cost.sum()) - n * problem.eps
-        eta = 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(out.edge_e, out.edge_dc, need)
+        eta = _edges_eta(out.edge_e, out.edge_dc, out.last_cost, problem.eps)
         return _Candidates(rows=out.rows, cols=out.cols, starts=out.starts, R=out.R, C=out.C, breakpoint_eta=eta,
                            compiled=True)
     losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
@@ -999,6 +998,14 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
     cand = _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C)
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C,
                        breakpoint_eta=_dual_plan.breakpoint_eta(problem, cand))
+
+
+def _edges_eta(edge_e: np.ndarray, edge_dc: np.ndarray, last_cost: np.ndarray, eps: float) -> float:
+    """The minimiser of g read off the list kernel's hull edges (``_dual_plan.breakpoint_eta``'s
+    rule): 0 if the columns' largest hull costs are within the budget, else the first edge at
+    which the summed cost drops reach the excess."""
+    need = float(last_cost.sum()) - last_cost.size * eps
+    return 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
 
 
 def _minimise(solver, problem: TransportProblem, cand: _Candidates):
@@ -1098,9 +1105,7 @@ def _cold_eta(solver, st: _FullState, problem: TransportProblem, budget: _Budget
         out = _sparse_kernels.sparse_candidates(
             labels, K, C, flat, np.ascontiguousarray(problem.losses).reshape(-1), 0.0, np.ones(s),
             threads=solver.kernel_threads, ptr=ptr, width=int(counts.max()))
-        edge_e, edge_dc, last_cost = out[5], out[6], out[7]
-        need = float(last_cost[:s].sum()) - s * problem.eps
-        return 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
+        return _edges_eta(out[5], out[6], out[7][:s], problem.eps)
     loc = np.repeat(np.arange(s), counts)
     R = np.concatenate([p[2] for p in parts])
     rows, loc, R, C = _upper_hulls(rows, loc, R, C, 0.0, s)
