@@ -431,11 +431,9 @@ def _versions() -> dict:
     return out
 
 
-#: Readings of the machine's speed before and after the runs (:func:`_report.machine_speed`).
-_SPEED: dict[str, dict] = {}
-
-
-def _header(command: str) -> list[str]:
+def _header(command: str, speed: tuple[dict, dict]) -> list[str]:
+    """The reports' common header; ``speed``: the machine's speed before and after the runs
+    (:func:`_report.machine_speed`)."""
     import numpy
 
     return [f"Command: `{command}`", "",
@@ -443,7 +441,7 @@ def _header(command: str) -> list[str]:
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before the run "
             f"{os.getloadavg()[0]:.2f}", "",
             f"Machine speed (`machine_speed` of benchmarks/_report.py, a reading of this shared machine at the "
-            f"moment) before the runs: {speed_text(_SPEED.get('before'))}; after: {speed_text(_SPEED.get('after'))}.", "",
+            f"moment) before the runs: {speed_text(speed[0])}; after: {speed_text(speed[1])}.", "",
             "Versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()) + f" (numpy {numpy.__version__})", "",
             f"Solver kernel for sparse costs: {_kernel()}.", ""]
 
@@ -463,8 +461,8 @@ def _fmt(value, spec: str = ".2f") -> str:
         return str(value)
 
 
-def _report(results: list[dict], command: str) -> str:
-    lines = _header(command) + _threads_line(results) + [
+def _report(results: list[dict], command: str, speed: tuple[dict, dict]) -> str:
+    lines = _header(command, speed) + _threads_line(results) + [
         "Plain boosting (the library's own multi-round training, same parameters and trees) and BuDRO ran side "
         "by side in one process per row; peak RSS is the process's high-water mark after BuDRO (which ran "
         "second, so it includes the plain run's peak).", "",
@@ -524,8 +522,8 @@ def _report(results: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _whole_fit_report(results: list[dict], command: str) -> str:
-    lines = _header(command) + _threads_line(results) + [
+def _whole_fit_report(results: list[dict], command: str, speed: tuple[dict, dict]) -> str:
+    lines = _header(command, speed) + _threads_line(results) + [
         "`experiments/<config>.toml` as `budro experiment` runs it: its first split (test_size, seed, "
         "stratify of [experiment]), its BuDRO method with every parameter of the config (neighbours, "
         "rounds, eps, booster), and the plain baseline with the same booster parameters and trees "
@@ -552,8 +550,8 @@ def _whole_fit_report(results: list[dict], command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tree_cost_report(results: list[dict], command: str) -> str:
-    lines = _header(command) + [
+def _tree_cost_report(results: list[dict], command: str, speed: tuple[dict, dict]) -> str:
+    lines = _header(command, speed) + [
         "Four ways of growing trees, round by round and interleaved (so the machine's load falls on all "
         "alike): plain = the library's own round on the labels; empirical = budro's `step` with the empirical "
         "weights (the same trees: what differs is the per-round API work); adversary = `step` with the weights "
@@ -777,7 +775,7 @@ def main(argv=None) -> int:
         ap.error("nothing to run: give --settings, --whole-fit, --tree-cost or --scaling")
 
     results = []
-    _SPEED["before"] = machine_speed()
+    speed_before = machine_speed()
     for case in cases:
         label = case.get("setting") or f"synthetic n={case['n']}"
         print(f"running {case['kind']} {label} / {case.get('backend', 'config')} ...", file=sys.stderr, flush=True)
@@ -785,7 +783,7 @@ def main(argv=None) -> int:
         results.append(r)
         print(json.dumps({k: v for k, v in r.items() if k not in ("exactness", "rows", "thread_choice")}, default=str),
               file=sys.stderr, flush=True)
-    _SPEED["after"] = machine_speed()
+    speed = (speed_before, machine_speed())
     command = ("python benchmarks/training.py " + shlex.join(argv)).strip()  # quoted: empty values show
     paper = [r for r in results if r["kind"] in ("paper", "synthetic")]
     wholes = [r for r in results if r["kind"] == "whole"]
@@ -795,11 +793,11 @@ def main(argv=None) -> int:
         kinds = {r["kind"] for r in paper}
         name = {frozenset({"paper"}): "Paper settings", frozenset({"synthetic"}): "Scaling (synthetic)"}.get(
             frozenset(kinds), "Paper settings and scaling")
-        sections.append((name, _report(paper, command)))
+        sections.append((name, _report(paper, command, speed)))
     if wholes:
-        sections.append(("Whole fits (experiments)", _whole_fit_report(wholes, command)))
+        sections.append(("Whole fits (experiments)", _whole_fit_report(wholes, command, speed)))
     if trees:
-        sections.append(("Tree cost", _tree_cost_report(trees, command)))
+        sections.append(("Tree cost", _tree_cost_report(trees, command, speed)))
     targets = _targets([r for r in paper if r["kind"] in ("paper", "synthetic")], wholes)
     if targets:
         sections.append(("Targets (issue 13)", "\n".join([f"Command: `{command}`", ""] + targets) + "\n"))
