@@ -1,5 +1,6 @@
 """The transport budget: nearest-neighbour unit, degenerate-metric and large-budget warnings."""
 
+import contextlib
 import warnings
 from unittest import mock
 
@@ -232,22 +233,69 @@ class _Embedded(FittedFairMetric):
         return ((self.embed(X1)[:, None, :] - self.embed(X2)[None, :, :]) ** 2).sum(axis=2)
 
 
+def _tile_paths():
+    """The embedding scan's tile reductions: numpy's passes, and the compiled one where numba is
+    installed (forced on at any size)."""
+    paths = [pytest.param(False, id="numpy")]
+    try:
+        import numba  # noqa: F401
+
+        paths.append(pytest.param(True, id="compiled"))
+    except ImportError:
+        paths.append(pytest.param(True, id="compiled", marks=pytest.mark.skip(
+            reason="numba is not installed: pip install -e '.[fast]' for the compiled tile reduction")))
+    return paths
+
+
+@contextlib.contextmanager
+def _tile_path(compiled: bool, tile_bytes: int | None = None):
+    from budro import budget
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(budget, "USE_KERNEL", compiled))
+        stack.enter_context(mock.patch.object(budget, "KERNEL_MIN_PAIRS", 0))
+        if tile_bytes is not None:
+            stack.enter_context(mock.patch.object(budget, "_TILE_BYTES", tile_bytes))
+            stack.enter_context(mock.patch.object(budget, "_BLOCK_BYTES", tile_bytes))
+        yield
+
+
+@pytest.mark.parametrize("compiled", _tile_paths())
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(2, 60), d=st.integers(1, 4), n_labels=st.integers(1, 3), samples=st.integers(1, 70),
        tile_rows=st.integers(1, 7), seed=st.integers(0, 2**31))
-def test_embedding_scan_by_label_tiles_equals_the_generic_scan(n, d, n_labels, samples, tile_rows, seed):
+def test_embedding_scan_by_label_tiles_equals_the_generic_scan(compiled, n, d, n_labels, samples, tile_rows, seed):
     """The embedding's scan (training rows in tiles of one label each, here of a few rows) gives
     the distance-only metric's row-block scan: the same nearest scale, opposite-label distances
-    and zero pairs, with duplicated points (zero distances) and up to three labels."""
-    from budro import budget
-
+    and zero pairs, with duplicated points (zero distances) and up to three labels; by numpy's
+    passes and by the compiled reduction."""
     rng = np.random.default_rng(seed)
     X = rng.integers(-1, 2, size=(n, d)).astype(float)
     y = rng.integers(0, n_labels, n) * 7 - 3  # labels are any values
     w = rng.integers(1, 4, d)
-    with mock.patch.object(budget, "_BLOCK_BYTES", 8 * tile_rows * min(samples, n)):
+    with _tile_path(compiled, 8 * tile_rows * min(samples, n)):
         a = diagnose_budget(_Embedded(w), X, y, max_samples=samples, random_state=seed)
         b = diagnose_budget(_NoEmbedding(w), X, y, max_samples=samples, random_state=seed)
     assert a.n_sampled == b.n_sampled and a.zero_pair_share == b.zero_pair_share
     assert a.nn_scale == pytest.approx(b.nn_scale, rel=1e-12, abs=1e-12)
     np.testing.assert_allclose(a.opposite_distances, b.opposite_distances, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("labels", [1, 3])
+def test_compiled_tile_reduction_is_numpys_to_the_bit(labels):
+    """The compiled tile reduction makes numpy's operations in numpy's order: the same diagnosis
+    to the bit, on real-valued points with copies (zero pairs within and across labels), points
+    far from the origin and sampled rows whose own point falls in every position of a tile."""
+    pytest.importorskip("numba", reason="numba is not installed: pip install -e '.[fast]'")
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(700, 6)) * rng.uniform(0.1, 3.0, 6) + 50.0
+    X[100:160] = X[:60]  # copies
+    y = rng.integers(0, labels, 700)
+    out = []
+    for compiled in (False, True):
+        with _tile_path(compiled, 8 * 13 * 300):  # tiles of 13 rows
+            out.append(diagnose_budget(_Embedded(np.ones(6)), X, y, max_samples=300, random_state=2))
+    a, b = out
+    assert a.zero_pair_share > 0 and a.zero_pair_share == b.zero_pair_share
+    assert a.nn_scale == b.nn_scale
+    np.testing.assert_array_equal(a.opposite_distances, b.opposite_distances)
