@@ -407,6 +407,22 @@ def test_property_renumbered_solve_is_the_same_problem(problem, kernel):
     assert abs(renumbered.objective - lp.objective) <= RTOL * max(1.0, abs(lp.objective))
 
 
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 40), m=st.integers(1, 6), seed=st.integers(0, 2**31))
+def test_locality_order_is_a_permutation_of_any_lists(n, m, seed):
+    """The renumbering follows each point's own list (the graph as given, not symmetrised): still
+    a permutation of every point, with inv its inverse, on lists that are not mutual, hold the
+    point itself or repeat a point, and graphs of several components."""
+    from budro.solvers._dual_sparse import locality_order
+
+    rng = np.random.default_rng(seed)
+    nb = rng.integers(0, max(1, n // 2), size=(n, m))  # the second half of the points is listed by nobody
+    nb[:, 0] = np.arange(n)  # each point lists itself
+    perm, inv = locality_order(nb)
+    np.testing.assert_array_equal(np.sort(perm), np.arange(n))
+    np.testing.assert_array_equal(perm[inv], np.arange(n))
+
+
 def test_renumbered_plan_is_numbered_back_when_read():
     """A renumbered solve's plan is numbered back on first access only, then kept: the same plan
     as numbered back at once (the inner plan mapped by the permutation), a TransportResult in
