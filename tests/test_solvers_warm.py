@@ -231,6 +231,19 @@ def test_breakpoint_window_is_used_when_the_minimiser_moves_little():
     assert warm.hits >= 9
 
 
+def test_breakpoint_window_narrows_when_it_holds_too_many_values():
+    """Many edges (10^6 points give millions): a window holding more values than the buffer is
+    narrowed, not widened, and the later calls hit; the answers are the full selection's."""
+    rng = np.random.default_rng(3)
+    e, dc = rng.exponential(size=200_000), rng.uniform(0.1, 1.0, 200_000)
+    warm = _sparse_kernels.WarmBreakpoint(cap=512)
+    need = 0.4 * float(dc.sum())
+    for t in range(12):
+        drifted = e * (1.0 + 0.001 * t)
+        assert warm(drifted, dc, need) == _sparse_kernels.select_breakpoint(drifted, dc, need)
+    assert warm.overflows >= 1 and warm.hits >= 6, (warm.overflows, warm.hits)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 80), K=st.integers(1, 3), integer=st.booleans())
 def test_compiled_group_maxima_equal_the_numpy_reduction(seed, n, K, integer):

@@ -218,12 +218,26 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     starts = ws.starts
     np.cumsum(ws.col_count[:-1], out=starts[1:])
     first = ptr[bounds[:-1]]
-    pairs = [slice(first[c], first[c] + counts[c, 0]) for c in range(chunks)]
-    edges = [slice(first[c] - bounds[c], first[c] - bounds[c] + counts[c, 2]) for c in range(chunks)]
-    return (np.concatenate([ws.out_rows[s] for s in pairs]), np.concatenate([ws.out_cols[s] for s in pairs]),
-            np.concatenate([ws.out_R[s] for s in pairs]), np.concatenate([ws.out_C[s] for s in pairs]),
-            int(counts[:, 1].sum()), np.concatenate([ws.edge_e[s] for s in edges]),
-            np.concatenate([ws.edge_dc[s] for s in edges]), ws.last_cost, starts)
+    # Each chunk's output moved down to follow the one before, in the workspace itself (the
+    # outputs are views of it, as on one thread): new arrays of millions of pairs cost their page
+    # faults on every call (10^6 points: 5.5 million pairs and 4.5 million edges a round).
+    size = _compact((ws.out_rows, ws.out_cols, ws.out_R, ws.out_C), first, counts[:, 0])
+    n_edge = _compact((ws.edge_e, ws.edge_dc), first - bounds[:-1], counts[:, 2])
+    return (ws.out_rows[:size], ws.out_cols[:size], ws.out_R[:size], ws.out_C[:size], int(counts[:, 1].sum()),
+            ws.edge_e[:n_edge], ws.edge_dc[:n_edge], ws.last_cost, starts)
+
+
+def _compact(arrays, at: np.ndarray, lengths: np.ndarray) -> int:
+    """Move the runs ``[at[c], at[c] + lengths[c])`` of each array down to follow each other from
+    0, in order (a run only moves down, after the runs before it have moved; numpy copies through
+    a buffer where a run overlaps its destination); returns their total length."""
+    size = 0
+    for a, length in zip(at.tolist(), lengths.tolist()):
+        if a != size:
+            for arr in arrays:
+                arr[size:size + length] = arr[a:a + length]
+        size += length
+    return size
 
 
 def prune(ptr: np.ndarray, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray, labels: np.ndarray,
@@ -248,8 +262,10 @@ class WarmBreakpoint:
     change (one pass, ``_sparse_numba.select_window``), else made in full.  The same answer either
     way: ``min{t in e : sum(dc[e <= t]) >= need}`` (sums in another order, so only a tie of
     ``need`` with a partial sum to the last bit could tell them apart; g's evaluation certifies
-    the answer in any case).  The window's relative half-width shrinks after a hit and grows
-    fourfold after a miss."""
+    the answer in any case).  The window's relative half-width shrinks after a hit, grows
+    fourfold after the answer fell outside it, and shrinks fourfold after it held more values
+    than the buffer (``cap``): with millions of edges (10^6 points) a window that only grew
+    overflowed in every later round, and every round paid the window's pass and the full selection."""
 
     def __init__(self, cap: int = 16384):
         self.last: float | None = None
@@ -258,6 +274,7 @@ class WarmBreakpoint:
         self.buf_e = np.empty(cap)
         self.buf_d = np.empty(cap)
         self.hits = 0
+        self.overflows = 0
 
     def __call__(self, e: np.ndarray, dc: np.ndarray, need: float) -> float:
         last, before = self.last, self.before
@@ -269,7 +286,10 @@ class WarmBreakpoint:
                                                self.buf_e, self.buf_d))
             if t >= 0.0:
                 self.hits += 1
-                self.width = max(0.8 * self.width, 1.0 / 256.0)
+                self.width = max(0.8 * self.width, min(self.width, 1.0 / 256.0))  # (kept below 1/256 once overflows put it there)
+            elif t == -2.0:  # too many values in the window
+                self.overflows += 1
+                self.width = max(0.25 * self.width, 2.0**-20)
             else:
                 self.width = min(4.0 * self.width, 1.0)
         if t < 0.0:

@@ -259,7 +259,8 @@ def select(e, dc, need, n_buckets):
 def select_window(e, dc, need, lo, hi, buf_e, buf_d):
     """:func:`select` when its answer lies in ``[lo, hi]``, in one pass: the weights below ``lo``
     are summed, the values in ``[lo, hi]`` (at most ``buf_e.size``) sorted and summed on until
-    ``need`` is reached.  -1.0 when the answer is not in the window (or the window overflows)."""
+    ``need`` is reached.  -1.0 when the answer is not in the window, -2.0 when the window holds
+    more than ``buf_e.size`` values (the answer may lie in it: a narrower window may hold it)."""
     below = 0.0
     k = 0
     cap = buf_e.size
@@ -272,8 +273,10 @@ def select_window(e, dc, need, lo, hi, buf_e, buf_d):
                 buf_e[k] = x
                 buf_d[k] = dc[i]
             k += 1
-    if k > cap or below >= need:
+    if below >= need:
         return -1.0
+    if k > cap:
+        return -2.0
     order = np.argsort(buf_e[:k], kind="mergesort")
     acc = below
     for q in range(k):
