@@ -244,6 +244,19 @@ def test_breakpoint_window_narrows_when_it_holds_too_many_values():
     assert warm.overflows >= 1 and warm.hits >= 6, (warm.overflows, warm.hits)
 
 
+def test_breakpoint_windows_follow_a_minimiser_that_alternates():
+    """A minimiser alternating between two rising sequences, call by call (the 10^6-row synthetic
+    fit's): the window around the answer of two calls before holds it; the same answers."""
+    rng = np.random.default_rng(4)
+    e, dc = rng.exponential(size=50_000), rng.uniform(0.1, 1.0, 50_000)
+    warm = _sparse_kernels.WarmBreakpoint()
+    need = 0.4 * float(dc.sum())
+    for t in range(16):
+        drifted = e * (1.0 + 0.01 * t) * (1.7 if t % 2 else 1.0)
+        assert warm(drifted, dc, need) == _sparse_kernels.select_breakpoint(drifted, dc, need)
+    assert warm.hits >= 10, warm.hits
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 80), K=st.integers(1, 3), integer=st.booleans())
 def test_compiled_group_maxima_equal_the_numpy_reduction(seed, n, K, integer):

@@ -258,43 +258,54 @@ def select_breakpoint(e: np.ndarray, dc: np.ndarray, need: float) -> float:
 class WarmBreakpoint:
     """:func:`select_breakpoint` started from the last answers: the minimiser of g moves little
     from one round to the next (a few per cent, steadily, at the paper's learning rates), so
-    the selection is first tried in a window around the last answer extrapolated by its last
-    change (one pass, ``_sparse_numba.select_window``), else made in full.  The same answer either
-    way: ``min{t in e : sum(dc[e <= t]) >= need}`` (sums in another order, so only a tie of
-    ``need`` with a partial sum to the last bit could tell them apart; g's evaluation certifies
-    the answer in any case).  The window's relative half-width shrinks after a hit, grows
-    fourfold after the answer fell outside it, and shrinks fourfold after it held more values
-    than the buffer (``cap``): with millions of edges (10^6 points) a window that only grew
-    overflowed in every later round, and every round paid the window's pass and the full selection."""
+    the selection is first tried in windows around guesses, in one pass
+    (``_sparse_numba.select_windows``), else made in full: the last answer extrapolated by its
+    last change, and the answer of two calls before extrapolated by its change over two calls
+    (a fit whose minimiser alternates between two rising sequences, round by round: the 10^6-row
+    synthetic fit, where the first guess always missed).  The same answer either way: ``min{t in
+    e : sum(dc[e <= t]) >= need}`` (sums in another order, so only a tie of ``need`` with a
+    partial sum to the last bit could tell them apart; g's evaluation certifies the answer in any
+    case).  The windows' relative half-width shrinks after a hit, grows fourfold after the
+    answer fell outside both, and shrinks fourfold after a window held more values than its
+    buffer (``cap``; at 10^6 points there are millions of edges)."""
 
-    def __init__(self, cap: int = 16384):
-        self.last: float | None = None
-        self.before: float | None = None
+    def __init__(self, cap: int = 65536):
+        self.history: list[float] = []  # the last answers, newest last
         self.width = 1.0 / 32.0
-        self.buf_e = np.empty(cap)
-        self.buf_d = np.empty(cap)
+        self.buffers = tuple(np.empty(cap) for _ in range(4))
         self.hits = 0
         self.overflows = 0
 
+    def _window(self, now: float, then: float | None) -> tuple[float, float]:
+        """From ``now`` to ``now`` extrapolated by its relative change since ``then`` (bounded to
+        [0.8, 1.25]; a minimiser's rise slows down as often as not), widened by the width."""
+        guess = now * (min(max(now / then, 0.8), 1.25) if then else 1.0)
+        return min(now, guess) * (1.0 - self.width), max(now, guess) * (1.0 + self.width)
+
     def __call__(self, e: np.ndarray, dc: np.ndarray, need: float) -> float:
-        last, before = self.last, self.before
+        h = self.history
         t = -1.0
-        if last is not None and last > 0.0 and e.size:
-            guess = last * (min(max(last / before, 0.8), 1.25) if before else 1.0)
-            lo, hi = guess * (1.0 - self.width), guess * (1.0 + self.width)
-            t = float(_kernels().select_window(np.ascontiguousarray(e), np.ascontiguousarray(dc), float(need), lo, hi,
-                                               self.buf_e, self.buf_d))
+        if h and h[-1] > 0.0 and e.size:
+            lo1, hi1 = self._window(h[-1], h[-2] if len(h) >= 2 else None)
+            lo2, hi2 = -1.0, -2.0  # empty
+            if len(h) >= 3 and h[-2] > 0.0:
+                lo2, hi2 = self._window(h[-2], h[-4] if len(h) >= 4 else None)
+                if lo1 <= lo2 and hi2 <= hi1:
+                    lo2, hi2 = -1.0, -2.0
+            t, code1, code2 = _kernels().select_windows(np.ascontiguousarray(e), np.ascontiguousarray(dc), float(need),
+                                                        lo1, hi1, lo2, hi2, *self.buffers)
+            t = float(t)
             if t >= 0.0:
                 self.hits += 1
                 self.width = max(0.8 * self.width, min(self.width, 1.0 / 256.0))  # (kept below 1/256 once overflows put it there)
-            elif t == -2.0:  # too many values in the window
+            elif code1 == -2.0 or code2 == -2.0:  # too many values in a window
                 self.overflows += 1
                 self.width = max(0.25 * self.width, 2.0**-20)
             else:
                 self.width = min(4.0 * self.width, 1.0)
         if t < 0.0:
             t = select_breakpoint(e, dc, need)
-        self.before, self.last = last, t
+        self.history = (h + [t])[-4:]
         return t
 
 
