@@ -606,3 +606,27 @@ def test_a_forked_child_solves_on_one_thread_after_a_parallel_parent():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "NUMBA_NUM_THREADS": "2"})
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: pip install -e '.[fast]'")
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**31), n=st.integers(256, 900), integer=st.booleans())
+def test_compiled_evaluation_is_the_same_on_two_threads(seed, n, integer):
+    """g on candidate pairs by the parallel kernel (columns in chunks, the columns' terms summed
+    in column order afterwards) equals the one-thread kernel's to the bit: the sum, and each
+    column's argmax extremes (ties: integer losses and costs, equal costs on several rows)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 6, n)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    size = int(counts.sum())
+    rows = rng.integers(0, n, size)
+    if integer:
+        R, C = rng.integers(0, 4, size).astype(float), rng.integers(0, 3, size).astype(float)
+    else:
+        R, C = rng.random(size), rng.random(size)
+    w = rng.integers(1, 3, n).astype(float)
+    one = _sparse_kernels.evaluate(starts, rows, R, C, 0.7, 1e-12, 1.0, w, threads=1)
+    two = _sparse_kernels.evaluate(starts, rows, R, C, 0.7, 1e-12, 1.0, w, threads=2)
+    assert one[0] == two[0]
+    for a, b in zip(one[1:], two[1:]):
+        np.testing.assert_array_equal(a, b)

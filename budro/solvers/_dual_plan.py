@@ -145,7 +145,7 @@ def evaluate_candidates(solver, problem: TransportProblem, cand: _Candidates, et
     if cand.compiled:
         w = np.ones(ncols) if cand.weights is None else cand.weights
         total, lo, hi, c_lo, c_hi = _sparse_kernels.evaluate(cand.starts, cand.rows, cand.R, cand.C, eta,
-                                                             solver.tie_rtol, scale, w)
+                                                             solver.tie_rtol, scale, w, threads=solver.kernel_threads)
     else:
         V = cand.R - cand.C * eta
         vmax = np.maximum.reduceat(V, cand.starts)

@@ -320,16 +320,26 @@ def group_top(losses: np.ndarray, order: np.ndarray, starts: np.ndarray) -> tupl
 
 
 def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray, eta: float, tie_rtol: float,
-             scale: float, weights: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+             scale: float, weights: np.ndarray, threads: int | None = 1
+             ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sum of the column maxima of ``R - eta C`` (times the columns' ``weights``) over candidate
-    pairs grouped by column, and each column's cheapest / most expensive argmax row and their costs."""
+    pairs grouped by column, and each column's cheapest / most expensive argmax row and their
+    costs.  ``threads``: the kernel's threads (None: :func:`kernel_threads`' choice for the number
+    of columns); the sum is the same on any number (the columns' terms added in column order)."""
     n = starts.size
     lo = np.empty(n, dtype=np.intp)
     hi = np.empty(n, dtype=np.intp)
     c_lo = np.empty(n)
     c_hi = np.empty(n)
-    total = _kernels().evaluate(starts, rows, R, C, float(eta), float(tie_rtol), float(scale), weights, lo, hi, c_lo,
-                                c_hi)
+    terms = np.empty(n)
+    args = (starts, rows, R, C, float(eta), float(tie_rtol), float(scale), weights, lo, hi, c_lo, c_hi, terms)
+    use = kernel_threads(threads, n)
+    if use == 1 or n < 256:
+        total = _kernels().evaluate(*args)
+    else:
+        bounds = np.linspace(0, n, max(1, min(n, 4 * use)) + 1).round().astype(np.int64)
+        with parallel_threads(use):
+            total = _kernels().evaluate_parallel(bounds, *args)
     return float(total), lo, hi, c_lo, c_hi
 
 

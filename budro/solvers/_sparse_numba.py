@@ -332,16 +332,13 @@ def group_top(losses, order, starts, top, rep):
             rep[u, k] = arg
 
 
-@numba.njit(cache=True, nogil=True)
-def evaluate(starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo, c_hi):
-    """g's column terms at eta on candidate pairs grouped by column (``starts``; every column
-    non-empty): the sum of the column maxima times the columns' ``weights``, and each column's cheapest / most expensive
-    argmax row (ties within ``tie_rtol * (scale + |max|)``, equal costs to the smallest row),
-    with the same arithmetic per pair as the numpy path."""
+@numba.njit(cache=True, nogil=True, inline="always")
+def _evaluate_columns(j0, j1, starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo, c_hi, terms):
+    """Columns j0 <= j < j1 of :func:`evaluate`: each column's term ``weights[j] * max`` and its
+    argmax extremes."""
     n = starts.size
     size = rows.size
-    total = 0.0
-    for j in range(n):
+    for j in range(j0, j1):
         a = starts[j]
         b = starts[j + 1] if j + 1 < n else size
         vmax = -np.inf
@@ -349,7 +346,7 @@ def evaluate(starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo, c_
             v = R[k] - C[k] * eta
             if v > vmax:
                 vmax = v
-        total += weights[j] * vmax
+        terms[j] = weights[j] * vmax
         floor = vmax - tie_rtol * (scale + abs(vmax))
         clo, chi = np.inf, -np.inf
         rlo, rhi = -1, -1
@@ -362,6 +359,32 @@ def evaluate(starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo, c_
                 if c > chi or (c == chi and i < rhi):
                     chi, rhi = c, i
         lo[j], hi[j], c_lo[j], c_hi[j] = rlo, rhi, clo, chi
+
+
+@numba.njit(cache=True, nogil=True)
+def evaluate(starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo, c_hi, terms):
+    """g's column terms at eta on candidate pairs grouped by column (``starts``; every column
+    non-empty): the sum of the column maxima times the columns' ``weights``, and each column's cheapest / most expensive
+    argmax row (ties within ``tie_rtol * (scale + |max|)``, equal costs to the smallest row),
+    with the same arithmetic per pair as the numpy path.  ``terms``: room for the columns' terms,
+    summed in column order."""
+    _evaluate_columns(0, starts.size, starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo, c_hi, terms)
+    total = 0.0
+    for j in range(starts.size):
+        total += terms[j]
+    return total
+
+
+@numba.njit(cache=True, parallel=True)
+def evaluate_parallel(bounds, starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo, c_hi, terms):
+    """:func:`evaluate` with the columns in chunks ``bounds[c] <= j < bounds[c + 1]``, one chunk per
+    task; the terms are then summed in column order, as on one thread: the same value to the bit."""
+    for c in numba.prange(bounds.size - 1):
+        _evaluate_columns(bounds[c], bounds[c + 1], starts, rows, R, C, eta, tie_rtol, scale, weights, lo, hi, c_lo,
+                          c_hi, terms)
+    total = 0.0
+    for j in range(starts.size):
+        total += terms[j]
     return total
 
 
