@@ -630,3 +630,31 @@ def test_compiled_evaluation_is_the_same_on_two_threads(seed, n, integer):
     assert one[0] == two[0]
     for a, b in zip(one[1:], two[1:]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_renumbered_labels_follow_labels_that_change_between_solves():
+    """The renumbered labels are reused while the labels stay equal, and follow them when they
+    change (in place too): each solve equals a fresh solver's."""
+    from unittest import mock
+
+    from budro.solvers import _dual_sparse
+
+    rng = np.random.default_rng(8)
+    n = 60
+    Z = rng.normal(size=(n, 2))
+    cost = NeighborCost(Z, 6)
+    labels = rng.integers(0, 2, n)
+    losses = rng.random((n, 2))
+    with mock.patch.object(_dual_sparse, "LOCALITY_MIN_N", 1):
+        solver = DualSolver()
+        for step in range(4):
+            if step == 2:
+                labels[:10] = 1 - labels[:10]  # in place: the same array object
+            if step == 3:
+                labels = labels.copy()
+                labels[20:30] = 1 - labels[20:30]
+            problem = TransportProblem(losses, labels, cost, 0.1)
+            got, fresh = solver.solve(problem), DualSolver().solve(problem)
+            assert got.info["renumbered"]
+            assert got.objective == pytest.approx(fresh.objective, rel=1e-12)
+            np.testing.assert_allclose(got.weights, fresh.weights, atol=1e-12)

@@ -6,7 +6,7 @@ O(n m) and never building a column (numpy passes, or the compiled kernel of
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -122,6 +122,17 @@ class _Locality:
     perm: np.ndarray
     inv: np.ndarray  # point i is number inv[i]
     cost: object
+    #: (a copy of the last labels given, them renumbered): a fit's labels are the same every round
+    labels: list = field(default_factory=lambda: [None, None])
+
+    def renumbered_labels(self, labels: np.ndarray) -> np.ndarray:
+        """``labels[perm]``, reused while the labels are equal to the last ones (a comparison
+        instead of a gather at random places: 2 against 14 ms at 10^6 points)."""
+        given, out = self.labels
+        if given is None or given.shape != labels.shape or not np.array_equal(given, labels):
+            given, out = labels.copy(), np.take(labels, self.perm)
+            self.labels[:] = [given, out]
+        return out
 
 
 def locality_order(neighbors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -174,7 +185,7 @@ def solve_renumbered(solver, problem: TransportProblem, order: "_Locality", eta0
     another of equal cost)."""
     perm, n = order.perm, problem.n
     # np.take: a row gather of an (n, K) array 8x faster than fancy indexing at n = 10^6
-    inner = TransportProblem(np.take(problem.losses, perm, axis=0), np.take(problem.labels, perm), order.cost,
+    inner = TransportProblem(np.take(problem.losses, perm, axis=0), order.renumbered_labels(problem.labels), order.cost,
                              problem.eps)
     r = solver._solve(inner, eta0=eta0)
     weights = np.take(r.weights, order.inv, axis=0)
