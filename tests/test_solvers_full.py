@@ -74,13 +74,15 @@ def test_equal_to_highs_and_dense_over_drifting_rounds(kernel):
 def _drifting(seed: int, n: int, f0: bool = False):
     """A fit-like sequence: labels, an embedding cost with duplicated points, and the losses of
     round t (``losses(t)``: a start drifting by 0.004 t along a random direction; ``f0``: the
-    start is one loss per label, as a fit's first model gives)."""
+    start takes two losses per label, as a fit's first model (a shallow tree) gives few values;
+    with one loss per label staying put would be optimal, certified without a scan)."""
     rng = np.random.default_rng(seed)
     _, labels, Z = make_instance(rng, n, 2, integer=False, d=4)
     Z[10:30] = Z[0]  # duplicates
     direction = rng.normal(size=(n, 2))
     if f0:
         base = np.tile(np.logaddexp(0.0, [0.3, -0.3]), (n, 1))
+        base[Z[:, 0] > 0.0] += [0.02, -0.02]  # the tree's two leaves
     else:
         base = np.logaddexp(0.0, rng.normal(size=(n, 2)))
     return labels, EmbeddingCost(Z, cache_bytes=0), lambda t: base + 0.004 * t * direction
@@ -903,3 +905,33 @@ def test_row_groups_are_made_every_few_rounds(monkeypatch, every):
         solver.solve(problem)  # the same losses: no new round
         assert st_.gid is again
     assert made == list(range(0, 7, every))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("case", ["constant", "own-loss-largest"])
+def test_staying_put_is_certified_without_a_scan(kernel, case):
+    """Where every point's own loss is the largest under its label (constant losses: every row of
+    every column tied at the maximum, which at Adult's size made the lists hit max_pairs after
+    27 s), staying put is optimal with eta* = 0: certified at once, equal to the dense dual and
+    HiGHS; a next round with other losses is solved cold and exactly."""
+    rng = np.random.default_rng(11)
+    n = 300
+    Z = np.repeat(rng.normal(size=(n // 3, 2)), 3, axis=0)  # copies: cost-0 ties as well
+    labels = rng.integers(0, 2, n)
+    if case == "constant":
+        losses = np.tile([0.3, 0.9], (n, 1))
+    else:
+        top = np.array([0.8, 1.1])
+        losses = rng.uniform(0.0, 0.7, (n, 2))
+        losses[np.arange(n), labels] = top[labels]
+    problem = TransportProblem(losses, labels, EmbeddingCost(Z, cache_bytes=0), 0.05)
+    solver = FullPathSolver(kernel=kernel)
+    res = solver.solve(problem)
+    assert res.info["staying_put"] and res.eta == 0.0 and res.info["gap"] == 0.0
+    assert_optimal(res, dense(problem), problem)
+    lp = LPSolver().solve(problem)
+    assert abs(res.objective - lp.objective) <= RTOL * max(1.0, abs(lp.objective))
+    nxt = TransportProblem(losses + 0.05 * rng.random((n, 2)), labels, problem.cost, 0.05)
+    got = solver.solve(nxt)
+    assert "staying_put" not in got.info
+    assert_optimal(got, dense(nxt), nxt)
