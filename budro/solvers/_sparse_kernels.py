@@ -272,7 +272,8 @@ class WarmBreakpoint:
     def __init__(self, cap: int = 65536):
         self.history: list[float] = []  # the last answers, newest last
         self.width = 1.0 / 32.0
-        self.buffers = tuple(np.empty(cap) for _ in range(4))
+        self.buffers = (np.empty((2, cap)), np.empty((2, cap)))
+        self.codes = np.empty(2)
         self.hits = 0
         self.overflows = 0
 
@@ -292,13 +293,12 @@ class WarmBreakpoint:
                 lo2, hi2 = self._window(h[-2], h[-4] if len(h) >= 4 else None)
                 if lo1 <= lo2 and hi2 <= hi1:
                     lo2, hi2 = -1.0, -2.0
-            t, code1, code2 = _kernels().select_windows(np.ascontiguousarray(e), np.ascontiguousarray(dc), float(need),
-                                                        lo1, hi1, lo2, hi2, *self.buffers)
-            t = float(t)
+            t = float(_kernels().select_windows(np.ascontiguousarray(e), np.ascontiguousarray(dc), float(need),
+                                                np.array([lo1, lo2]), np.array([hi1, hi2]), *self.buffers, self.codes))
             if t >= 0.0:
                 self.hits += 1
                 self.width = max(0.8 * self.width, min(self.width, 1.0 / 256.0))  # (kept below 1/256 once overflows put it there)
-            elif code1 == -2.0 or code2 == -2.0:  # too many values in a window
+            elif np.any(self.codes == -2.0):  # too many values in a window
                 self.overflows += 1
                 self.width = max(0.25 * self.width, 2.0**-20)
             else:

@@ -255,59 +255,45 @@ def select(e, dc, need, n_buckets):
     return top
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _window_answer(buf_e, buf_d, k, below, need):
-    """The answer from a window's values (``k`` of them in the buffers) and the weights below it:
-    -1.0 when it is not in the window, -2.0 when the window held more values than its buffer."""
-    if below >= need:
-        return -1.0
-    if k > buf_e.size:
-        return -2.0
-    order = np.argsort(buf_e[:k], kind="mergesort")
-    acc = below
-    for q in range(k):
-        acc += buf_d[order[q]]
-        if acc >= need:
-            return buf_e[order[q]]
-    return -1.0
-
-
 @numba.njit(cache=True, nogil=True)
-def select_windows(e, dc, need, lo1, hi1, lo2, hi2, buf_e1, buf_d1, buf_e2, buf_d2):
-    """:func:`select` when its answer lies in ``[lo1, hi1]`` or ``[lo2, hi2]``, in one pass: for
-    each window the weights below it are summed and its values (at most its buffer's size) kept,
-    then sorted and summed on until ``need`` is reached.  Returns ``(answer, code1, code2)``: the
-    first window's answer if it holds it, else the second's, else -1.0; each code is the window's
-    own answer, or -1.0 when the answer is not in it, -2.0 when it held more values than its
+def select_windows(e, dc, need, lows, highs, buf_e, buf_d, codes):
+    """:func:`select` when its answer lies in one of the windows ``[lows[w], highs[w]]``, in one
+    pass: for each window the weights below it are summed and its values (at most
+    ``buf_e.shape[1]``, in row w of the buffers) kept, then sorted and summed on until ``need`` is
+    reached.  Returns the first window's answer that it holds, else -1.0; ``codes[w]`` is window
+    w's own answer, or -1.0 when the answer is not in it, -2.0 when it held more values than its
     buffer (a narrower window may hold it).  An empty window (``lo > hi``) holds nothing."""
-    below1 = 0.0
-    below2 = 0.0
-    k1 = 0
-    k2 = 0
-    cap1 = buf_e1.size
-    cap2 = buf_e2.size
+    W, cap = buf_e.shape
+    below = np.zeros(W)
+    k = np.zeros(W, dtype=np.int64)
     for i in range(e.size):
         x = e[i]
-        d = dc[i]
-        if x < lo1:
-            below1 += d
-        elif x <= hi1:
-            if k1 < cap1:
-                buf_e1[k1] = x
-                buf_d1[k1] = d
-            k1 += 1
-        if x < lo2:
-            below2 += d
-        elif x <= hi2:
-            if k2 < cap2:
-                buf_e2[k2] = x
-                buf_d2[k2] = d
-            k2 += 1
-    code1 = _window_answer(buf_e1, buf_d1, k1, below1, need)
-    if code1 >= 0.0:
-        return code1, code1, -1.0
-    code2 = _window_answer(buf_e2, buf_d2, k2, below2, need)
-    return (code2 if code2 >= 0.0 else -1.0), code1, code2
+        for w in range(W):
+            if x < lows[w]:
+                below[w] += dc[i]
+            elif x <= highs[w]:
+                if k[w] < cap:
+                    buf_e[w, k[w]] = x
+                    buf_d[w, k[w]] = dc[i]
+                k[w] += 1
+    answer = -1.0
+    for w in range(W):
+        codes[w] = -1.0
+        if below[w] >= need:
+            continue
+        if k[w] > cap:
+            codes[w] = -2.0
+            continue
+        order = np.argsort(buf_e[w, :k[w]], kind="mergesort")
+        acc = below[w]
+        for q in range(k[w]):
+            acc += buf_d[w, order[q]]
+            if acc >= need:
+                codes[w] = buf_e[w, order[q]]
+                break
+        if answer < 0.0 and codes[w] >= 0.0:
+            answer = codes[w]
+    return answer
 
 
 @numba.njit(cache=True, nogil=True)
