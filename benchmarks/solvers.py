@@ -752,11 +752,9 @@ def large_report(args) -> str:
     lines += ["", f"Synthetic rounds: p = 35 (Adult's rank), {args.syn_rounds} rounds, losses drifting by at most 0.005 "
               "per round (the paper's learning rate at Adult), eps = 0.4, `DualSolver(kernel_threads="
               f"{args.threads})`; every round converged (certified), else the run stops with an error.", ""]
-    if b is None:
-        pass  # --big-n 0: no scan-rate measurement, no projection
-    elif "error" in b:
+    if b is not None and "error" in b:  # (b is None: --big-n 0, no scan-rate measurement, no projection)
         lines.append(f"Scan rate at n = {args.big_n}: failed: {b['error'][-500:]!r}")
-    else:
+    elif b is not None:
         per_col = b["cpu"] / b["cols"]
         lines.append(f"**n = {b['n']:,}**: scanning {b['cols']} columns took {b['wall']:.1f} s wall, {b['cpu']:.1f} s "
                      f"CPU ({1e3 * per_col:.1f} ms CPU per column; peak RSS {b['rss_mib']:.0f} MiB), so the cold pass over "
