@@ -210,7 +210,10 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
         np.cumsum(ws.col_count[:-1], out=starts[1:])
         return (ws.out_rows[:size], ws.out_cols[:size], ws.out_R[:size], ws.out_C[:size], int(n_dom),
                 ws.edge_e[:n_edge], ws.edge_dc[:n_edge], ws.last_cost, starts)
-    chunks = max(1, min(n, 4 * use))
+    # one chunk per thread: numba divides a prange evenly among its threads anyway (more chunks
+    # balanced nothing), and every chunk after the first is moved down afterwards (_compact:
+    # 10^6 points, 8 chunks 193-200 ms for the call, 2 chunks 176-187 ms, the same outputs)
+    chunks = max(1, min(n, use))
     bounds = np.linspace(0, n, chunks + 1).round().astype(np.int64)
     counts = np.zeros((chunks, 3), dtype=np.int64)
     with parallel_threads(use):
