@@ -275,3 +275,19 @@ def test_compiled_group_maxima_equal_the_numpy_reduction(seed, n, K, integer):
     else:
         np.testing.assert_array_equal(ctop, top)
         np.testing.assert_array_equal(crep, rep)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: pip install -e '.[fast]'")
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 50), K=st.integers(1, 3))
+def test_warm_lists_drift_kernels_equal_numpy(seed, n, K):
+    """The warm lists' bookkeeping passes (largest |loss|, each label's largest change) equal
+    numpy's whole-array expressions exactly."""
+    kern = _sparse_kernels._kernels()
+    rng = np.random.default_rng(seed)
+    x, ref = rng.normal(size=n * K), rng.normal(size=n * K)
+    assert kern.abs_max(x) == (float(np.abs(x).max()) if x.size else 0.0)
+    out = np.empty(K)
+    kern.label_drift(x, ref, K, out)
+    expected = np.abs(x - ref).reshape(-1, K).max(axis=0) if n else np.zeros(K)
+    np.testing.assert_array_equal(out, expected)

@@ -406,16 +406,19 @@ class WarmLists:
         self.size = self.width = 0
         self.anchors = 0  # how many times the lists were pruned (for tests and profiles)
         self.warm_rounds = 0  # rounds served by pruned lists
+        self._buffer: np.ndarray | None = None  # what previous or anchor is (_kept)
 
     def lists(self, layout: _SparseLayout, losses_flat: np.ndarray, tau: float):
         """``(ptr, C, flat, width)`` of the lists to run the kernel on this round."""
         n, m = layout.rows.shape
         total = n * m
         K = layout.K
-        scale = float(np.abs(losses_flat).max()) if losses_flat.size else 0.0
+        kern = _sparse_kernels._kernels()  # (compiled path only: numba is there)
+        scale = float(kern.abs_max(losses_flat))
         if self.anchor is not None and self.anchor.size == losses_flat.size:
             self.age += 1
-            drift = np.abs(losses_flat - self.anchor).reshape(-1, K).max(axis=0)
+            drift = np.empty(K)
+            kern.label_drift(losses_flat, self.anchor, K, drift)
             room = tau + _WARM_ROUNDING * (scale + float(drift.max()) + tau)
             # lists that kept most entries are pruned again after their horizon even while valid
             stale = self.age >= self.horizon and 2 * self.size > total
@@ -425,13 +428,15 @@ class WarmLists:
             self.rate = max(self.rate, float(drift.max()) / self.age)
             self.anchor = None
         elif self.previous is not None and self.previous.size == losses_flat.size:
-            self.rate = max(self.rate, float(np.abs(losses_flat - self.previous).max()))
+            drift = np.empty(K)
+            kern.label_drift(losses_flat, self.previous, K, drift)
+            self.rate = max(self.rate, float(drift.max()))
         else:  # the first round: no drift seen yet
-            self.previous = losses_flat.copy()
+            self.previous = self._kept(losses_flat)
             return layout.complete
         if self.pause > 0:
             self.pause -= 1
-            self.previous = losses_flat.copy()
+            self.previous = self._kept(losses_flat)
             return layout.complete
         if n >= 8 * _WARM_SAMPLE:  # try the pruning on a block of columns first: does it pay?
             a, b = (n - n // 8) // 2, (n - n // 8) // 2 + n // 8
@@ -439,12 +444,21 @@ class WarmLists:
             tried = int(layout.complete[0][b] - layout.complete[0][a])
             if self._cost(size / tried, self.horizon) >= _WARM_PAYS:
                 self._choose(size, half, tried)
-                self.previous = losses_flat.copy()
+                self.previous = self._kept(losses_flat)
                 return layout.complete
         self._choose(*self._prune(layout, losses_flat, tau, scale), total)
         if self.size >= total:  # nothing pruned: the complete lists (no copy to stream through)
             return layout.complete
         return self.ptr, self.C, self.flat, self.width
+
+    def _kept(self, losses_flat: np.ndarray) -> np.ndarray:
+        """A copy of the losses in a buffer kept from round to round (a fresh n K copy costs its
+        page faults each round); it serves as ``previous`` or ``anchor``, never both at once."""
+        buf = self._buffer
+        if buf is None or buf.shape != losses_flat.shape:
+            buf = self._buffer = np.empty_like(losses_flat)
+        np.copyto(buf, losses_flat)
+        return buf
 
     def _choose(self, size: int, half: int, total: int) -> bool:
         """Set the next horizon from what a pruning pass kept (and what half its margin would
@@ -491,7 +505,7 @@ class WarmLists:
         self.size, self.width, half = _sparse_kernels.prune(
             ptr, C, flat, losses_flat, layout.labels, margin, self.ptr, self.C, self.flat)
         self.slack = margin  # every dropped entry lies more than its margin below an earlier one
-        self.anchor = losses_flat.copy()
+        self.anchor = self._kept(losses_flat)
         self.previous = None
         self.age = 0
         self.anchors += 1

@@ -182,6 +182,30 @@ def prune(ptr, C, flat, losses_flat, labels, margin, out_ptr, out_C, out_flat):
 
 
 @numba.njit(cache=True, nogil=True)
+def abs_max(x):
+    """``max |x|`` (0 for an empty array): ``np.abs(x).max()`` without its temporary."""
+    top = 0.0
+    for i in range(x.size):
+        v = abs(x[i])
+        if v > top:
+            top = v
+    return top
+
+
+@numba.njit(cache=True, nogil=True)
+def label_drift(x, ref, K, out):
+    """``out[k] = max_i |x[i K + k] - ref[i K + k]|`` for flattened (n, K) losses: the largest
+    change of each label's losses, in one pass without temporaries."""
+    for k in range(K):
+        top = 0.0
+        for i in range(k, x.size, K):
+            v = abs(x[i] - ref[i])
+            if v > top:
+                top = v
+        out[k] = top
+
+
+@numba.njit(cache=True, nogil=True)
 def _bucket(x, lo, inv_width, n_buckets):
     """Bucket of x in [lo, lo + n_buckets / inv_width), clamped (rounding, overflow to inf)."""
     q = (x - lo) * inv_width
