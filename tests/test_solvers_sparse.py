@@ -658,3 +658,16 @@ def test_renumbered_labels_follow_labels_that_change_between_solves():
             assert got.info["renumbered"]
             assert got.objective == pytest.approx(fresh.objective, rel=1e-12)
             np.testing.assert_allclose(got.weights, fresh.weights, atol=1e-12)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: pip install -e '.[fast]'")
+def test_renumbering_row_gather_on_two_threads_equals_take():
+    """The renumbered solve's row gathers (losses in, weights out) on the kernel threads equal
+    np.take; on one thread they are np.take."""
+    from budro.solvers._dual_sparse import _rows
+
+    rng = np.random.default_rng(9)
+    a = rng.normal(size=(5000, 3))
+    idx = rng.permutation(5000)
+    for threads in (1, 2):
+        np.testing.assert_array_equal(_rows(DualSolver(kernel_threads=threads), a, idx), np.take(a, idx, axis=0))
