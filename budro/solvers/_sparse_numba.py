@@ -227,6 +227,18 @@ def _bucket(x, lo, inv_width, n_buckets):
     return int(q)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _crossing(values, weights, acc, need):
+    """Where ``acc`` plus the weights taken in increasing order of the values (equal values in
+    the given order) first reaches ``need``: ``(True, that value)``, else ``(False, 0.0)``."""
+    order = np.argsort(values, kind="mergesort")
+    for q in range(values.size):
+        acc += weights[order[q]]
+        if acc >= need:
+            return True, values[order[q]]
+    return False, 0.0
+
+
 @numba.njit(cache=True, nogil=True)
 def select(e, dc, need, n_buckets):
     """min{t in e : sum(dc[e <= t]) >= need}, or max(e) if the total falls short.
@@ -282,12 +294,8 @@ def select(e, dc, need, n_buckets):
                     k += 1
             ee, dd = e2, d2
         lo, hi = bmin, bmax
-    order = np.argsort(ee, kind="mergesort")
-    for q in range(ee.size):
-        acc += dd[order[q]]
-        if acc >= need:
-            return ee[order[q]]
-    return top
+    found, t = _crossing(ee, dd, acc, need)
+    return t if found else top
 
 
 @numba.njit(cache=True, nogil=True)
@@ -319,13 +327,9 @@ def select_windows(e, dc, need, lows, highs, buf_e, buf_d, codes):
         if k[w] > cap:
             codes[w] = -2.0
             continue
-        order = np.argsort(buf_e[w, :k[w]], kind="mergesort")
-        acc = below[w]
-        for q in range(k[w]):
-            acc += buf_d[w, order[q]]
-            if acc >= need:
-                codes[w] = buf_e[w, order[q]]
-                break
+        found, t = _crossing(buf_e[w, :k[w]], buf_d[w, :k[w]], below[w], need)
+        if found:
+            codes[w] = t
         if answer < 0.0 and codes[w] >= 0.0:
             answer = codes[w]
     return answer
