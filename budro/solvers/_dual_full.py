@@ -1146,23 +1146,15 @@ def solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> Tr
         return _solve(solver, problem, eta0=eta0)
 
 
-def _staying_put_is_optimal(problem: TransportProblem) -> bool:
-    """Whether every point's own loss is the largest under its label (constant losses, say): then
-    g(0) = mean_j max_i L(i, y_j) is the objective of the plan that moves nothing (cost 0), so by
-    weak duality that plan is optimal and eta* = 0, certified without a scan.  The lists would
-    hold every row of every column there (all tied at the maximum): at Adult's size the first
-    solve stopped at max_pairs after 27 s."""
-    L, y = problem.losses, problem.labels
-    own = L[np.arange(problem.n), y]
-    return bool(np.array_equal(own, L.max(axis=0)[y]))
-
-
-def _stay_put(solver, problem: TransportProblem, t0: float, c0: float) -> TransportResult:
-    """The optimum of :func:`_staying_put_is_optimal`'s case: every point keeps its mass."""
+def _stay_put(solver, problem: TransportProblem, own: np.ndarray, t0: float, c0: float) -> TransportResult:
+    """The optimum where every point's own loss ``own`` is the largest under its label (constant
+    losses, say): g(0) = mean_j max_i L(i, y_j) is then the objective of the plan that moves
+    nothing (cost 0), so by weak duality that plan is optimal and eta* = 0, certified without a
+    scan.  The lists would hold every row of every column there (all tied at the maximum): at
+    Adult's size the first solve stopped at max_pairs after 27 s."""
     n = problem.n
     stay = (np.arange(n), np.zeros(n))
     share = np.full(n, 1.0 / n)
-    own = problem.losses[np.arange(n), problem.labels]
     g0 = float(np.sum(share * own))  # the plan's objective, summed as result_from_switch sums it
     info = {
         "full": True, "certified": True, "stalled": False, "budget_stop": None, "uncertified_columns": 0,
@@ -1181,8 +1173,9 @@ def _stay_put(solver, problem: TransportProblem, t0: float, c0: float) -> Transp
 
 def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> TransportResult:
     t0, c0 = time.perf_counter(), time.process_time()
-    if _staying_put_is_optimal(problem):
-        return _stay_put(solver, problem, t0, c0)
+    own = problem.losses[np.arange(problem.n), problem.labels]  # each point's loss under its own label
+    if np.array_equal(own, problem.losses.max(axis=0)[problem.labels]):
+        return _stay_put(solver, problem, own, t0, c0)
     limit = getattr(solver, "max_seconds", None)
     budget = _Budget(None if limit is None else t0 + float(limit), getattr(solver, "max_pairs", None))
     st = _state(solver, problem)
