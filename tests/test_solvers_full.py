@@ -238,7 +238,55 @@ def test_numba_and_numpy_scans_agree():
         hulls.append(np.unique(np.column_stack([hc, hC, hR]), axis=0))
     assert hulls[0].shape == hulls[1].shape
     np.testing.assert_allclose(hulls[0], hulls[1], rtol=1e-12, atol=1e-12)  # costs: last bits of a dot
-    assert m1.any() and m2.any()  # some pairs were pruned by the hull margin
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
+@pytest.mark.parametrize("seed, integer", [(0, False), (1, True)])
+def test_scan_passing_over_units_keeps_the_lists_and_bounds_the_rest(seed, integer, monkeypatch):
+    """The compiled scan passes over units of rows whose largest loss is _SKIP allowances below
+    the column's own loss (none can be a member): the same members, lists, masks and allowances
+    as the scan that reads every row (_SKIP = 0), and excluded bounds that are upper bounds of
+    its bounds (a passed-over unit counts at its largest loss), the same where no unit of the
+    group was passed over.  Tied (integer) losses and duplicated points; units of 16 rows so
+    that a group has several; a member cap that shrinks some allowances."""
+    monkeypatch.setattr(_dual_full, "_UNIT", 16)
+    rng = np.random.default_rng(seed)
+    n = 600
+    losses, labels, Z = make_instance(rng, n, 2, integer=integer, d=3)
+    losses = losses * 3.0  # a spread of losses far wider than the allowance
+    Z[:60] = Z[60:120]
+    cost = EmbeddingCost(Z, cache_bytes=0)
+    problem = TransportProblem(losses, labels, cost, 0.2)
+    delta = 0.05
+    monkeypatch.setattr(_dual_full, "_KMAX", 1)
+    cols = np.arange(0, n, 7)
+    outs = []
+    for skip in (0.0, 2.0):
+        monkeypatch.setattr(_dual_full, "_SKIP", skip)
+        solver = FullPathSolver(kernel="numba")
+        st_ = _dual_full._state(solver, problem)
+        st_.gid = _dual_full._level_groups(losses)
+        E, q_lo, q_hi = _dual_full._grid(0.7, 0.2, 1.0)
+        outs.append(_dual_full._scan_block(solver, st_, losses, cols, E, q_lo, q_hi, delta, delta))
+    # the units passed over, from the kernel's own inputs
+    ustart, gunit, UM = st_.losses_t[4:]
+    own = losses[cols, labels[cols]]
+    skipped = UM[labels[cols]] < (own - 2.0 * delta)[:, None]  # (columns, units)
+    ugroup = np.repeat(np.arange(gunit.size - 1), np.diff(gunit))
+    assert skipped.mean() > 0.1  # the case exercises the pass-over
+    (r1, C1, R1, n1, X1, m1, mu1), (r2, C2, R2, n2, X2, m2, mu2) = outs
+    for x, y in ((r1, r2), (C1, C2), (R1, R2), (n1, n2), (m1, m2), (mu1, mu2)):
+        np.testing.assert_array_equal(x, y)
+    assert (mu1 < delta).any()  # the cap shrank some allowances
+    assert (X2 >= X1).all()  # bounds of the bounds
+    touched = np.zeros(X1.shape[:2], dtype=bool)  # (column, group) with a unit passed over
+    for t in range(cols.size):
+        touched[t, np.unique(ugroup[skipped[t]])] = True
+    np.testing.assert_array_equal(X2[~touched], X1[~touched])
+    assert (X2[touched] > X1[touched] + 1e-9).any()
+    group_top = np.full((_dual_full._GROUPS, 2), -np.inf)
+    np.maximum.at(group_top, st_.gid, losses)
+    assert (X2 <= group_top[:, labels[cols]].T[:, :, None]).all()  # never above the group's largest loss
 
 
 def test_budget_stop_reports_a_gap_that_bounds_the_full_optimum():

@@ -152,6 +152,12 @@ _WIDE_BLOCK_BYTES = 256 << 20
 #: bounds).  One thread, a column of 10^6 rows: 5.1-5.4 against 8.4-10.3 ms; 300000: 1.50-1.74
 #: against 1.77-1.97 ms; 100000: 0.52-0.65 against 0.54-0.58 ms; 36177: 0.25 against 0.14-0.20 ms.
 _TILE_MIN_N = 200_000
+#: Rows per unit of the compiled scan's test for rows that cannot be members (:func:`_units`), and
+#: the test: a unit whose largest loss under a column's label is _SKIP allowances below the
+#: column's own loss holds no member of it (a pair's slack is at most its loss minus the own
+#: value, costs being >= 0), and the scan passes over it, bounding it by that loss (0: never).
+_UNIT = 256
+_SKIP = 2.0
 #: Cutting-plane steps on the restricted problem, should the breakpoint read-off miss.
 _MAX_CUTS = 200
 
@@ -458,6 +464,16 @@ def _group_order(st: _FullState):
     return st.order
 
 
+def _units(seg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The compiled scan's units of rows: each group's rows (in group order, between ``seg[g]``
+    and ``seg[g + 1]``) cut into pieces of ``_UNIT`` rows.  ``(ustart, gunit)``: unit u is rows
+    ``ustart[u]:ustart[u + 1]``, group g's units are ``gunit[g]:gunit[g + 1]``."""
+    starts = [np.arange(lo, hi, _UNIT) for lo, hi in zip(seg[:-1], seg[1:])]
+    gunit = np.concatenate(([0], np.cumsum([a.size for a in starts]))).astype(np.int64)
+    ustart = np.concatenate(starts + [seg[-1:]]).astype(np.int64)
+    return ustart, gunit
+
+
 def _permutation(st: _FullState):
     """The compiled scan's embedding and squared norms with the rows in group order
     (:func:`_group_order`), cached per grouping: ``(gid, Zp, sqc_p)``."""
@@ -550,8 +566,13 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu, *, bounds: b
     cached = st.losses_t
     if cached is None or cached[0] is not losses or cached[1] is not order:  # once per rescan, not per block
         LT = np.ascontiguousarray(losses.T)
-        st.losses_t = cached = (losses, order, LT, np.ascontiguousarray(LT[:, order]))
-    LT, LTp = cached[2], cached[3]
+        LTp = np.ascontiguousarray(LT[:, order])
+        ustart, gunit = _units(seg)
+        # each unit's largest loss per label: a unit below a column's own loss by _SKIP allowances
+        # holds no member of it, and the scan passes over it
+        UM = np.maximum.reduceat(LTp, ustart[:-1], axis=1) if ustart.size > 1 else np.empty((LT.shape[0], 0))
+        st.losses_t = cached = (losses, order, LT, LTp, ustart, gunit, np.ascontiguousarray(UM))
+    LT, LTp, ustart, gunit, UM = cached[2:]
     X = np.empty((b, G, Q))
     masks = np.zeros(b, dtype=np.int64)
     mus = np.empty(b)
@@ -568,7 +589,7 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu, *, bounds: b
             _full_numba.scan(sel, inv[sel], D_sel, sqc_p, st.kappa, float(st.sqc.max()), st.cost.Z, st.cost._sq,
                              ZERO_RTOL, LTp, LT, st.labels, E, q_lo, q_hi, float(delta), float(mu), _KMAX,
                              st.gid, order, seg_x, fast, st.n >= _TILE_MIN_N, X_sel, masks_sel, mus_sel, *out,
-                             counts_sel, cap_sel, max(1, min(m, 4 * use)))
+                             counts_sel, cap_sel, max(1, min(m, 4 * use)), _SKIP, ustart, gunit, UM)
         return out
 
     out_rows, out_C, out_R = run(cols64, D, X, masks, mus, counts, cap)

@@ -154,14 +154,40 @@ def _put4(X, t, g, m0, m1, m2, m3):
 _MEMBER_BLOCK = 64
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _needed_runs(own, delta, skip, ustart, um, runs):
+    """The runs of rows (in scan order) whose units may hold a member: a unit of rows whose
+    largest loss under the column's label ``um[u]`` is below ``own - skip * delta`` holds none
+    (a pair's slack is at most its loss minus the column's own value: costs are >= 0).  Runs of
+    needed units in ``runs[2r], runs[2r + 1]``; returns their number and that cut (``NONE``,
+    nothing passed over, where ``skip`` or ``delta`` is 0)."""
+    nu = um.size
+    cut = own - skip * delta if delta > 0.0 and skip > 0.0 else NONE
+    r = 0
+    u = 0
+    while u < nu:
+        if um[u] < cut:
+            u += 1
+            continue
+        lo = ustart[u]
+        while u < nu and um[u] >= cut:
+            u += 1
+        runs[2 * r] = lo
+        runs[2 * r + 1] = ustart[u]
+        r += 1
+    return r, cut
+
+
 @numba.njit(cache=True, nogil=True, fastmath=True)
-def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order, krow):
+def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order, krow, skip, ustart, gunit, um,
+                  runs):
     """The standard grid (4 points, members tested on the first 2 intervals): members' rows in
     krow and the excluded maxima per group in X[t]; returns (members, allowance used).  The
     allowance is ``delta`` or, where that makes more than ``kmax`` members, delta / 4, / 16, / 64.  Vectorised (fastmath:
     values may differ from the numpy path's in the last bit, which the certificate's rounding
-    room covers; membership is a choice, not a bound, and X is computed from the same membership tests)."""
-    n = sqc.size
+    room covers; membership is a choice, not a bound, and X is computed from the same membership tests).
+    Only the rows of units that may hold a member are read (:func:`_needed_runs`); a group's
+    bound takes each passed-over unit's largest loss instead (an upper bound of its values)."""
     sj = sqc[jp]
     e0 = E[0]
     e1 = E[1]
@@ -170,54 +196,77 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
     v1 = Lp[jp]
     v2 = Lp[jp]
     Dt = D[t]
-    for i in range(n):
-        c = sqc[i] + sj - 2.0 * Dt[i]
-        cb[i] = c
-        cu = c + err
-        v1 = fmax(v1, Lp[i] - e1 * cu)
-        v2 = fmax(v2, Lp[i] - e2 * cu)
+    nr, cut = _needed_runs(Lp[jp], delta, skip, ustart, um, runs)
+    # over slices from 0: a loop from an offset is not vectorised (6x slower)
+    for r in range(nr):
+        lo = runs[2 * r]
+        hi = runs[2 * r + 1]
+        Dr = Dt[lo:hi]
+        sr = sqc[lo:hi]
+        Lr = Lp[lo:hi]
+        cr = cb[lo:hi]
+        for i in range(hi - lo):
+            c = sr[i] + sj - 2.0 * Dr[i]
+            cr[i] = c
+            cu = c + err
+            v1 = fmax(v1, Lr[i] - e1 * cu)
+            v2 = fmax(v2, Lr[i] - e2 * cu)
     n0 = 0
-    for i in range(n):
-        c = cb[i] - err
-        c = c if c > 0.0 else 0.0
-        cb[i] = c
-        a = Lp[i] - e0 * c - v1
-        b = Lp[i] - e1 * c - v2
-        x = fmax(a, b)  # the pair is a member for allowances >= -x
-        sl[i] = x
-        n0 += x >= -delta
+    for r in range(nr):
+        lo = runs[2 * r]
+        hi = runs[2 * r + 1]
+        Lr = Lp[lo:hi]
+        cr = cb[lo:hi]
+        slr = sl[lo:hi]
+        for i in range(hi - lo):
+            c = cr[i] - err
+            c = c if c > 0.0 else 0.0
+            cr[i] = c
+            a = Lr[i] - e0 * c - v1
+            b = Lr[i] - e1 * c - v2
+            x = fmax(a, b)  # the pair is a member for allowances >= -x
+            slr[i] = x
+            n0 += x >= -delta
     d = delta
     if n0 > kmax:  # the smaller allowances' counts only where delta makes too many members
         d1, d2 = delta / 4.0, delta / 16.0
         n1 = n2 = 0
-        for i in range(n):
-            n1 += sl[i] >= -d1
-            n2 += sl[i] >= -d2
+        for r in range(nr):
+            slr = sl[runs[2 * r]:runs[2 * r + 1]]
+            for i in range(slr.size):
+                n1 += slr[i] >= -d1
+                n2 += slr[i] >= -d2
         d = d1 if n1 <= kmax else (d2 if n2 <= kmax else delta / 64.0)
     # a member: sl >= -d, and the own row always (no flag array: the test is repeated where
     # it is needed, one pass over the rows less); blocks of rows without one are passed over
     # after a vectorised maximum (members are few: a branch per row was a fifth of these passes)
     sl[jp] = 1.0
     k = 0
-    for lo in range(0, n, _MEMBER_BLOCK):
-        sb = sl[lo:min(n, lo + _MEMBER_BLOCK)]
-        top = NONE
-        for i in range(sb.size):
-            top = fmax(top, sb[i])
-        if top >= -d:
+    for r in range(nr):
+        hi = runs[2 * r + 1]
+        for lo in range(runs[2 * r], hi, _MEMBER_BLOCK):
+            sb = sl[lo:min(hi, lo + _MEMBER_BLOCK)]
+            top = NONE
             for i in range(sb.size):
-                if sb[i] >= -d:
-                    krow[k] = order[lo + i]
-                    k += 1
+                top = fmax(top, sb[i])
+            if top >= -d:
+                for i in range(sb.size):
+                    if sb[i] >= -d:
+                        krow[k] = order[lo + i]
+                        k += 1
     for g in range(seg.size - 1):
         m0 = m1 = m2 = m3 = NONE
-        # over slices from 0: a loop from seg[g] is not vectorised (6x slower)
-        Lg = Lp[seg[g]:seg[g + 1]]
-        sg = sl[seg[g]:seg[g + 1]]
-        cg = cb[seg[g]:seg[g + 1]]
-        for i in range(Lg.size):
-            li = Lg[i] - (2e300 if sg[i] >= -d else 0.0)
-            m0, m1, m2, m3 = _max4(m0, m1, m2, m3, li, cg[i], e0, e1, e2, e3)
+        for u in range(gunit[g], gunit[g + 1]):
+            if um[u] < cut:  # passed over: its largest loss bounds its values at every eta >= 0
+                top = um[u]
+                m0, m1, m2, m3 = fmax(m0, top), fmax(m1, top), fmax(m2, top), fmax(m3, top)
+                continue
+            Lg = Lp[ustart[u]:ustart[u + 1]]
+            sg = sl[ustart[u]:ustart[u + 1]]
+            cg = cb[ustart[u]:ustart[u + 1]]
+            for i in range(Lg.size):
+                li = Lg[i] - (2e300 if sg[i] >= -d else 0.0)
+                m0, m1, m2, m3 = _max4(m0, m1, m2, m3, li, cg[i], e0, e1, e2, e3)
         _put4(X, t, g, m0, m1, m2, m3)
     return k, d
 
@@ -399,12 +448,15 @@ def _members(t, jp, D, sqc, err, Lp, E, q_lo, q_hi, delta, seg, X, v, thr, order
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def scan(cols, jpos, D, sqc_p, kappa, sqc_max, Z, sq, zero_rtol, LTp, LT, labels, E, q_lo, q_hi, delta, mu, kmax,
-         gid, order, seg, fast, tiled, X, masks, mus, out_rows, out_C, out_R, counts, cap, nchunks):
+         gid, order, seg, fast, tiled, X, masks, mus, out_rows, out_C, out_R, counts, cap, nchunks, skip, ustart, gunit,
+         UM):
     """Scan the columns ``cols`` (own rows at positions ``jpos`` of the scan order; their dot
     products in the rows of ``D``); column t's kept list goes to ``out_*[t * cap:]``
     (``counts[t]``, or minus its length when over ``cap``), its hull margin to ``mus[t]``
     (``min(mu, allowance used)``).  The standard grid (``fast``) by :func:`_tile_members` when
-    ``tiled``, else column by column by :func:`_members_fast`; any other grid by :func:`_members`."""
+    ``tiled``, else column by column by :func:`_members_fast` (rows in units ``ustart``, each
+    group's units from ``gunit[g]``, their largest loss per label in ``UM``; a unit ``skip``
+    allowances below the column's own loss is passed over); any other grid by :func:`_members`."""
     b = cols.size
     n = sqc_p.size
     Q = E.size
@@ -433,13 +485,15 @@ def scan(cols, jpos, D, sqc_p, kappa, sqc_max, Z, sq, zero_rtol, LTp, LT, labels
         sl = np.empty(n)
         v = np.empty(Q)
         thr = np.empty(Q)
+        runs = np.empty(2 * ustart.size, dtype=np.int64)
         for t in range(t0, t1):
             jp = jpos[t]
             err = kappa * (sqc_max + sqc_p[jp])
             d = delta
             if fast:
-                k, d = _members_fast(t, jp, D, sqc_p, err, LTp[labels[cols[t]]], E, delta, kmax, seg, X, cb, sl, order,
-                                     krow)
+                lab = labels[cols[t]]
+                k, d = _members_fast(t, jp, D, sqc_p, err, LTp[lab], E, delta, kmax, seg, X, cb, sl, order, krow, skip,
+                                     ustart, gunit, UM[lab], runs)
             else:
                 k = _members(t, jp, D, sqc_p, err, LTp[labels[cols[t]]], E, q_lo, q_hi, delta, seg, X, v, thr, order,
                              krow, cb, sl)
