@@ -241,6 +241,30 @@ def test_numba_and_numpy_scans_agree():
 
 
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
+@pytest.mark.parametrize("points, integer", [(6, False), (9, True), (14, False)])
+def test_numba_and_numpy_scans_agree_on_any_grid(points, integer):
+    """The compiled scan of a grid other than the standard one (its maxima and member tests four
+    grid points per pass, the last pass padded where fewer are left) keeps the members numpy's
+    scan keeps: the excluded bounds, each group's maximum over its rows that are not members,
+    equal numpy's at every grid point (continuous losses: another member set would change them)."""
+    rng = np.random.default_rng(points)
+    n = 300
+    losses, labels, Z = make_instance(rng, n, 2, integer=integer, d=3)
+    Z[:30] = Z[30:60]
+    problem = TransportProblem(losses, labels, EmbeddingCost(Z, cache_bytes=0), 0.2)
+    E = 0.5 * np.concatenate(([0.0], np.geomspace(1e-2, 1e2, points - 1)))
+    cols = np.arange(0, n, 5)
+    X = []
+    for k in ("numba", "numpy"):
+        solver = FullPathSolver(kernel=k)
+        st_ = _dual_full._state(solver, problem)
+        st_.gid = (np.arange(n) % 7).astype(np.int8)
+        X.append(_dual_full._scan_block(solver, st_, losses, cols, E, 1, points - 1, 0.01, 0.01)[4])
+    assert (X[1][:, :7] > _dual_full._NONE).mean() > 0.9  # most of the 7 groups have rows left out
+    np.testing.assert_allclose(X[0], X[1], rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
 @pytest.mark.parametrize("seed, integer", [(0, False), (1, True)])
 def test_scan_passing_over_units_keeps_the_lists_and_bounds_the_rest(seed, integer, monkeypatch):
     """The compiled scan passes over units of rows whose largest loss is _SKIP allowances below

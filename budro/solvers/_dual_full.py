@@ -593,10 +593,12 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu, *, bounds: b
         return out
 
     out_rows, out_C, out_R = run(cols64, D, X, masks, mus, counts, cap)
-    take = (np.arange(cap)[None, :] < counts[:, None]).reshape(-1)  # a list over cap: counts < 0, none taken
+    size = _full_numba.compact(counts, cap, out_rows, out_C, out_R)  # a list over cap: counts < 0, none taken
+    # copies: views would keep each block's b * cap arrays (their touched pages) alive
+    out_rows, out_C, out_R = out_rows[:size].copy(), out_C[:size].copy(), out_R[:size].copy()
     over = np.flatnonzero(counts < 0)
     if over.size == 0:
-        return out_rows[take], out_C[take], out_R[take], counts, X, masks, mus
+        return out_rows, out_C, out_R, counts, X, masks, mus
     # Lists longer than cap (a few columns of a block): only those columns are scanned again, with
     # room for the longest (each column's scan depends on its own data alone, so this gives what
     # a rerun of the whole block would), and their lists are merged in by column.
@@ -605,13 +607,13 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu, *, bounds: b
     rows2, C2, R2 = run(cols64[over], np.ascontiguousarray(D[over]), X2, masks2, mus2, counts2, cap2)
     assert counts2.min() >= 0
     X[over], masks[over], mus[over], counts[over] = X2, masks2, mus2, counts2
-    take2 = (np.arange(cap2)[None, :] < counts2[:, None]).reshape(-1)
+    size2 = _full_numba.compact(counts2, cap2, rows2, C2, R2)
     kept = np.ones(b, dtype=bool)
     kept[over] = False
     first = np.repeat(np.flatnonzero(kept), counts[kept])
     by_col = np.argsort(np.concatenate((first, np.repeat(over, counts2))), kind="stable")
-    return (np.concatenate((out_rows[take], rows2[take2]))[by_col], np.concatenate((out_C[take], C2[take2]))[by_col],
-            np.concatenate((out_R[take], R2[take2]))[by_col], counts, X, masks, mus)
+    return (np.concatenate((out_rows, rows2[:size2]))[by_col], np.concatenate((out_C, C2[:size2]))[by_col],
+            np.concatenate((out_R, R2[:size2]))[by_col], counts, X, masks, mus)
 
 
 def _commit(st: _FullState, cols, rows, C, counts, X, masks, mus, anchor_id, *, threads: int = 0) -> None:

@@ -408,25 +408,35 @@ def _members(t, jp, D, sqc, err, Lp, E, q_lo, q_hi, delta, seg, X, v, thr, order
     Dt = D[t]
     for i in range(n):
         cb[i] = sqc[i] + sj - 2.0 * Dt[i]
-    for q in range(q_lo, q_hi + 1):
-        e = E[q]
-        m = Lp[jp]  # the own row (cost 0) is always a pair
+    # the column's maxima at the grid points, four points per pass over the rows (the last pass
+    # repeats its last point where fewer are left: the same maximum twice)
+    for q0 in range(q_lo, q_hi + 1, 4):
+        qa, qb, qc, qd = q0, min(q0 + 1, q_hi), min(q0 + 2, q_hi), min(q0 + 3, q_hi)
+        ea, eb, ec, ed = E[qa], E[qb], E[qc], E[qd]
+        ma = mb = mc = md = Lp[jp]  # the own row (cost 0) is always a pair
         for i in range(n):
-            m = fmax(m, Lp[i] - e * (cb[i] + err))
-        v[q] = m
+            cu = cb[i] + err
+            ma, mb, mc, md = _max4(ma, mb, mc, md, Lp[i], cu, ea, eb, ec, ed)
+        v[qa], v[qb], v[qc], v[qd] = ma, mb, mc, md
     for q in range(q_lo, q_hi):
         thr[q] = v[q + 1] - delta
     for i in range(n):
         c = cb[i] - err
         cb[i] = c if c > 0.0 else 0.0
-    # a member comes within the allowance at some grid interval: sl >= 0 (the own row always)
+    # a member comes within the allowance at some grid interval: sl >= 0 (the own row always);
+    # four intervals per pass
     for i in range(n):
         sl[i] = -1.0
-    for q in range(q_lo, q_hi):
-        e = E[q]
-        h = thr[q]
+    last = q_hi - 1
+    for q0 in range(q_lo, q_hi, 4):
+        qa, qb, qc, qd = q0, min(q0 + 1, last), min(q0 + 2, last), min(q0 + 3, last)
+        ea, eb, ec, ed = E[qa], E[qb], E[qc], E[qd]
+        ha, hb, hc, hd = thr[qa], thr[qb], thr[qc], thr[qd]
         for i in range(n):
-            sl[i] = fmax(sl[i], 1.0 if Lp[i] - e * cb[i] >= h else -1.0)
+            li = Lp[i]
+            c = cb[i]
+            inside = (li - ea * c >= ha) | (li - eb * c >= hb) | (li - ec * c >= hc) | (li - ed * c >= hd)
+            sl[i] = fmax(sl[i], 1.0 if inside else -1.0)
     sl[jp] = 1.0
     k = 0
     for i in range(n):
@@ -519,6 +529,26 @@ def _emit(t, k, d, cols, labels, Z, sq, zero_rtol, LT, mu, gid, krow, kc, kl, ke
         out_rows[base + x] = krow[x]
         out_C[base + x] = kc[x]
         out_R[base + x] = kl[x]
+
+
+@numba.njit(cache=True, nogil=True)
+def compact(counts, cap, rows, C, R):  # pragma: no cover - compiled
+    """Move the lists that :func:`scan` wrote at ``t * cap`` (``counts[t]`` long; none where
+    ``counts[t] < 0``, over ``cap``) down to follow each other from 0, in column order; returns
+    their total length (work in the entries kept, not in ``b * cap``)."""
+    k = 0
+    for t in range(counts.size):
+        m = counts[t]
+        if m <= 0:
+            continue
+        base = t * cap
+        if base != k:  # base > k: each entry moves down, after the one before it
+            for x in range(m):
+                rows[k + x] = rows[base + x]
+                C[k + x] = C[base + x]
+                R[k + x] = R[base + x]
+        k += m
+    return k
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
