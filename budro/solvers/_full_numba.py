@@ -199,12 +199,8 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
     nr, cut = _needed_runs(Lp[jp], delta, skip, ustart, um, runs)
     # over slices from 0: a loop from an offset is not vectorised (6x slower)
     for r in range(nr):
-        lo = runs[2 * r]
-        hi = runs[2 * r + 1]
-        Dr = Dt[lo:hi]
-        sr = sqc[lo:hi]
-        Lr = Lp[lo:hi]
-        cr = cb[lo:hi]
+        lo, hi = runs[2 * r], runs[2 * r + 1]
+        Dr, sr, Lr, cr = Dt[lo:hi], sqc[lo:hi], Lp[lo:hi], cb[lo:hi]
         for i in range(hi - lo):
             c = sr[i] + sj - 2.0 * Dr[i]
             cr[i] = c
@@ -213,11 +209,8 @@ def _members_fast(t, jp, D, sqc, err, Lp, E, delta, kmax, seg, X, cb, sl, order,
             v2 = fmax(v2, Lr[i] - e2 * cu)
     n0 = 0
     for r in range(nr):
-        lo = runs[2 * r]
-        hi = runs[2 * r + 1]
-        Lr = Lp[lo:hi]
-        cr = cb[lo:hi]
-        slr = sl[lo:hi]
+        lo, hi = runs[2 * r], runs[2 * r + 1]
+        Lr, cr, slr = Lp[lo:hi], cb[lo:hi], sl[lo:hi]
         for i in range(hi - lo):
             c = cr[i] - err
             c = c if c > 0.0 else 0.0
