@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -34,3 +35,23 @@ def test_binary_losses_equal_the_plain_formula_bit_for_bit(m):
     got = label_losses(m, 2)
     assert np.array_equal(got, ref)
     assert not np.shares_memory(got, m)
+
+
+@given(arrays(np.float64, st.integers(1, 400), elements=st.floats(-1e6, 1e6, allow_nan=False)),
+       st.integers(2, 3))
+def test_binary_losses_in_parts_on_threads_equal_one_pass_bit_for_bit(m, threads):
+    # large n: row parts on several threads; each element's value must not depend on its part
+    import budro.losses as losses_module
+
+    ref = np.empty((m.size, 2))
+    losses_module._binary_losses(m, ref)
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(losses_module, "PARALLEL_MIN_N", 8)
+        mp.setenv("BUDRO_NUM_THREADS", str(threads))
+        parts = losses_module._parts(m.size)
+        got = label_losses(m, 2)
+    finally:
+        mp.undo()
+    assert parts == (1 if m.size < 8 else max(1, min(threads, m.size // 4)))
+    assert np.array_equal(got.view(np.int64), ref.view(np.int64))
