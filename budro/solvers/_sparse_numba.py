@@ -43,6 +43,14 @@ def _columns(j0, j1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_row
     n_out = out0
     n_dom = 0
     n_edge = edge0
+    # K a power of two (K = 2 for two labels): a candidate's row by a shift instead of a 64-bit
+    # integer division (5-6 % of the kernel's time at 10^6 points, m = 16); flat - label =
+    # row * K >= 0, so both give the same row
+    shift = -1
+    if K & (K - 1) == 0:
+        shift = 0
+        while (1 << shift) < K:
+            shift += 1
     for j in range(j0, j1):
         # 1. dominance in increasing cost: keep r iff R_r + tau >= max(R_0 .. R_{r-1}) (the first
         #    entry always; lists are never empty)
@@ -89,7 +97,8 @@ def _columns(j0, j1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_row
             for k in range(rfirst[t], stop):
                 if kval[k] >= top:
                     r = kpos[k]
-                    out_rows[n_out] = (flat[r] - label) // K
+                    x = flat[r] - label
+                    out_rows[n_out] = x >> shift if shift >= 0 else x // K
                     out_cols[n_out] = j
                     out_R[n_out] = kval[k]
                     out_C[n_out] = C[r]
