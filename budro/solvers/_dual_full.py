@@ -77,6 +77,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from budro.solvers import _dual_plan, _sparse_kernels
+from budro.solvers._sparse_kernels import compiled
 from budro.solvers._dual_plan import (
     _BELOW,
     _OPTIMAL,
@@ -174,10 +175,6 @@ def applies(solver, problem: TransportProblem) -> bool:
     from budro.solvers import _dual_lists
 
     return _dual_lists.reduction(solver, problem) is None
-
-
-def compiled(solver) -> bool:
-    return solver.kernel == "numba" or (solver.kernel == "auto" and _sparse_kernels.available())
 
 
 # ---------------------------------------------------------------------------------------- state

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from budro.solvers import _sparse_kernels
+from budro.solvers._sparse_kernels import compiled
 from budro.solvers._dual_plan import _Candidates, _upper_hulls, lazy_plan_result, tie_margin
 from budro.transport import TransportProblem, TransportResult
 
@@ -267,11 +268,6 @@ def sparse_candidates(solver, problem: TransportProblem) -> tuple[_Candidates, i
     """
     layout = sparse_layout(solver, problem)
     return list_candidates(solver, layout, problem.losses, problem.n, problem.eps, tie_margin(solver, problem))
-
-
-def compiled(solver) -> bool:
-    """Whether the solver's lists are pruned by the compiled kernel (``kernel``, numba installed)."""
-    return solver.kernel == "numba" or (solver.kernel == "auto" and _sparse_kernels.available())
 
 
 def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float, tau: float

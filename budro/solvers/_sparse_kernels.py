@@ -52,6 +52,12 @@ def available() -> bool:
     return True
 
 
+def compiled(solver) -> bool:
+    """Whether a :class:`~budro.solvers.dual.DualSolver` runs the compiled kernels: its ``kernel``
+    is ``"numba"``, or ``"auto"`` with numba installed (the sparse and the full paths alike)."""
+    return solver.kernel == "numba" or (solver.kernel == "auto" and available())
+
+
 #: The process that has run a parallel kernel (numba's threading layer started), or None.
 _PARALLEL_PID: int | None = None
 
