@@ -1176,18 +1176,34 @@ def _stay_put(solver, problem: TransportProblem, own: np.ndarray, t0: float, c0:
     stay = (np.arange(n), np.zeros(n))
     share = np.full(n, 1.0 / n)
     g0 = float(np.sum(share * own))  # the plan's objective, summed as result_from_switch sums it
+    info = _info(t0, c0, staying_put=True)
+    return _result(solver, problem, stay, stay, False, eta=0.0, dual_value=g0, n_iter=0, converged=True,
+                   info=info)
+
+
+def _info(t0: float, c0: float, **fields) -> dict:
+    """A full-path result's ``info``: the keys every solve reports (as for a solve that scanned
+    nothing), then ``fields``, then the wall and CPU seconds since ``t0`` / ``c0``."""
     info = {
         "full": True, "certified": True, "stalled": False, "budget_stop": None, "uncertified_columns": 0,
         "rescanned_columns": 0, "rescans": [], "failures": [], "list_pairs": 0, "candidate_pairs": 0,
-        "full_passes": 0.0, "cold_eta": None, "anchors": 0, "delta": None, "staying_put": True,
-        "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0, "full_evaluations": 0,
-        "sparse": False,
+        "full_passes": 0.0, "cold_eta": None, "anchors": 0, "delta": None,
     }
+    info.update(fields)
+    info.update(seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0, full_evaluations=0,
+                sparse=False)
+    return info
+
+
+def _result(solver, problem: TransportProblem, cheap, dear, switch: bool, *, eta: float, dual_value: float,
+            n_iter: int, converged: bool, info: dict) -> TransportResult:
+    """The plan read off the argmax extremes (:func:`result_from_switch`), its split column and
+    switches and the gap to ``dual_value`` added to ``info``."""
     result, split_column, n_switched = result_from_switch(
-        problem, stay, stay, False, compiled=compiled(solver), eta=0.0, dual_objective=g0, n_iter=0,
-        converged=True, solver=solver.name, info=info)
+        problem, cheap, dear, switch, compiled=compiled(solver), eta=eta, dual_objective=dual_value,
+        n_iter=n_iter, converged=converged, solver=solver.name, info=info)
     info.update(split_column=split_column, n_switched=n_switched)
-    result.info["gap"] = g0 - result.objective
+    result.info["gap"] = dual_value - result.objective
     return result
 
 
@@ -1239,32 +1255,24 @@ def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> T
     else:
         cheap, dear, switch = (b.hi, b.c_hi), (b.hi, b.c_hi), False
     dual_value = point.value if certified else eps * point.eta + float(upper.mean())
-    info = {
-        "full": True,
-        "certified": certified and found is not None,
-        "stalled": found is None,
-        "budget_stop": None if certified else budget.stopped,
-        "uncertified_columns": int(failing.size),
-        "rescanned_columns": int(st.scanned - scanned0),
-        "rescans": rescanned,
-        "failures": failures,  # per attempt: (columns failing the excluded bound, the hull margin)
-        "list_pairs": int(st.ptr[-1]),
-        "candidate_pairs": int(cand.rows.size),
-        "full_passes": (st.scanned - scanned0) / n,
-        "cold_eta": cold_eta,
-        "anchors": len(st.anchors),
-        "delta": delta,
-        "seconds": time.perf_counter() - t0,
-        "cpu_seconds": time.process_time() - c0,
-        "full_evaluations": 0,
-        "sparse": False,
-    }
-    result, split_column, n_switched = result_from_switch(
-        problem, cheap, dear, switch, compiled=compiled(solver), eta=point.eta, dual_objective=dual_value,
-        n_iter=evals, converged=bool(certified and found is not None), solver=solver.name, info=info)
-    info.update(split_column=split_column, n_switched=n_switched)
-    result.info["gap"] = dual_value - result.objective
-    return result
+    info = _info(
+        t0, c0,
+        certified=certified and found is not None,
+        stalled=found is None,
+        budget_stop=None if certified else budget.stopped,
+        uncertified_columns=int(failing.size),
+        rescanned_columns=int(st.scanned - scanned0),
+        rescans=rescanned,
+        failures=failures,  # per attempt: (columns failing the excluded bound, the hull margin)
+        list_pairs=int(st.ptr[-1]),
+        candidate_pairs=int(cand.rows.size),
+        full_passes=(st.scanned - scanned0) / n,
+        cold_eta=cold_eta,
+        anchors=len(st.anchors),
+        delta=delta,
+    )
+    return _result(solver, problem, cheap, dear, switch, eta=point.eta, dual_value=dual_value, n_iter=evals,
+                   converged=bool(certified and found is not None), info=info)
 
 
 def evaluate(solver, problem: TransportProblem, eta: float) -> _DualPoint:
