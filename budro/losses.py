@@ -28,16 +28,14 @@ def label_losses(margins: np.ndarray, n_classes: int) -> np.ndarray:
         out = np.empty((n, 2))
         parts = _parts(n)
         if parts > 1:
-            import threading
+            from concurrent.futures import ThreadPoolExecutor
 
             bounds = [n * i // parts for i in range(parts + 1)]
-            threads = [threading.Thread(target=_binary_losses, args=(m[a:b], out[a:b]), daemon=True)
-                       for a, b in zip(bounds[1:-1], bounds[2:])]
-            for thread in threads:
-                thread.start()
-            _binary_losses(m[:bounds[1]], out[:bounds[1]])
-            for thread in threads:
-                thread.join()
+            with ThreadPoolExecutor(parts - 1) as pool:
+                others = [pool.submit(_binary_losses, m[a:b], out[a:b]) for a, b in zip(bounds[1:-1], bounds[2:])]
+                _binary_losses(m[:bounds[1]], out[:bounds[1]])
+                for part in others:
+                    part.result()  # a part's error is raised here, never a half-filled result
         else:
             _binary_losses(m, out)
         return out

@@ -55,3 +55,27 @@ def test_binary_losses_in_parts_on_threads_equal_one_pass_bit_for_bit(m, threads
         mp.undo()
     assert parts == (1 if m.size < 8 else max(1, min(threads, m.size // 4)))
     assert np.array_equal(got.view(np.int64), ref.view(np.int64))
+
+
+def test_binary_losses_in_parts_raise_a_part_s_error():
+    # an error in a part computed on another thread reaches the caller (no half-filled result)
+    import threading
+
+    import budro.losses as losses_module
+
+    original = losses_module._binary_losses
+
+    def failing_off_main_thread(m, out):
+        if threading.current_thread() is not threading.main_thread():
+            raise MemoryError("part failed")
+        original(m, out)
+
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(losses_module, "PARALLEL_MIN_N", 8)
+        mp.setattr(losses_module, "_binary_losses", failing_off_main_thread)
+        mp.setenv("BUDRO_NUM_THREADS", "2")
+        with pytest.raises(MemoryError, match="part failed"):
+            label_losses(np.linspace(-3.0, 3.0, 64), 2)
+    finally:
+        mp.undo()

@@ -77,7 +77,6 @@ from types import SimpleNamespace
 import numpy as np
 
 from budro.solvers import _dual_plan, _sparse_kernels
-from budro.solvers._sparse_kernels import compiled
 from budro.solvers._dual_plan import (
     _BELOW,
     _OPTIMAL,
@@ -87,6 +86,7 @@ from budro.solvers._dual_plan import (
     result_from_switch,
     tie_margin,
 )
+from budro.solvers._sparse_kernels import compiled
 from budro.transport import ZERO_RTOL, EmbeddingCost, TransportProblem, TransportResult, distance_error_factor
 
 __all__ = ["applies", "evaluate", "solve"]

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from budro.solvers import _sparse_kernels
-from budro.solvers._sparse_kernels import compiled
 from budro.solvers._dual_plan import _Candidates, _upper_hulls, lazy_plan_result, tie_margin
+from budro.solvers._sparse_kernels import compiled
 from budro.transport import TransportProblem, TransportResult
 
 
