@@ -204,3 +204,18 @@ def limit_threads(n: int | None = None) -> Iterator[int]:
         return
     with threadpool_limits(limits=limit):
         yield limit
+
+
+def run_spans(run, n: int, size: int, threads: int) -> None:
+    """``run(start, stop)`` over ``[0, n)`` in spans of ``size`` rows, on ``threads`` Python threads
+    (for work that releases the GIL: compiled kernels, numpy's ufuncs) or on this one.  An error
+    in any span is raised here once every span has ended."""
+    spans = [(start, min(n, start + size)) for start in range(0, n, size)]
+    if threads > 1 and len(spans) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(threads, len(spans))) as pool:
+            list(pool.map(lambda span: run(*span), spans))
+    else:
+        for span in spans:
+            run(*span)

@@ -28,14 +28,10 @@ def label_losses(margins: np.ndarray, n_classes: int) -> np.ndarray:
         out = np.empty((n, 2))
         parts = _parts(n)
         if parts > 1:
-            from concurrent.futures import ThreadPoolExecutor
+            from budro._threads import run_spans
 
-            bounds = [n * i // parts for i in range(parts + 1)]
-            with ThreadPoolExecutor(parts - 1) as pool:
-                others = [pool.submit(_binary_losses, m[a:b], out[a:b]) for a, b in zip(bounds[1:-1], bounds[2:])]
-                _binary_losses(m[:bounds[1]], out[:bounds[1]])
-                for part in others:
-                    part.result()  # a part's error is raised here, never a half-filled result
+            # a part's error is raised by run_spans, never a half-filled result
+            run_spans(lambda a, b: _binary_losses(m[a:b], out[a:b]), n, -(-n // parts), parts)
         else:
             _binary_losses(m, out)
         return out

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 import scipy.sparse as sp
 
+from budro._threads import run_spans
 from budro.exceptions import NumericalError, ValidationError
 
 __all__ = [
@@ -327,7 +328,7 @@ class NeighborCost(Cost):
         kernel = _finish_kernel(n * m)
         if kernel is not None:
             idx = np.ascontiguousarray(idx, dtype=np.intp)
-            _run_spans(lambda s0, s1: kernel(self.Z, idx, s0, s1, self.neighbors, self.neighbor_costs), n,
+            run_spans(lambda s0, s1: kernel(self.Z, idx, s0, s1, self.neighbors, self.neighbor_costs), n,
                        FINISH_CHUNK, threads)
             return
         # Each list starts with the point itself (ties among duplicates may have pushed it out),
@@ -607,22 +608,8 @@ def _compiled_brute_force(select_rows, Z: np.ndarray, m: int, threads: int) -> n
         select_rows(D, 0, s1 - s0, s0, Z, sqc, kappa, sqc_max, out)
 
     with threadpool_limits(limits=1, user_api="blas"):
-        _run_spans(run, n, rows, threads)
+        run_spans(run, n, rows, threads)
     return out
-
-
-def _run_spans(run, n: int, size: int, threads: int) -> None:
-    """``run(start, stop)`` over ``[0, n)`` in spans of ``size`` rows, on ``threads`` Python threads
-    (the compiled kernels release the GIL) or on this one."""
-    spans = [(start, min(n, start + size)) for start in range(0, n, size)]
-    if threads > 1 and len(spans) > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(min(threads, len(spans))) as pool:
-            list(pool.map(lambda span: run(*span), spans))
-    else:
-        for span in spans:
-            run(*span)
 
 
 def _exact_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:
