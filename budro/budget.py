@@ -344,9 +344,7 @@ def _scan_tiles_compiled(kernel, Z, norms, order, own, Zs, ns, ys, tiles, neares
     """The tiles in ``threads`` contiguous spans, each on its own Python thread with its own
     minima (single-threaded GEMMs, the kernel releases the GIL); the minima are combined after,
     which is exact (a minimum does not depend on the order)."""
-    from threadpoolctl import threadpool_limits
-
-    from budro._threads import available_cores
+    from budro._threads import available_cores, pool_limits
 
     threads = max(1, min(available_cores(), len(tiles)))
     cuts = np.linspace(0, len(tiles), threads + 1).round().astype(int)
@@ -366,7 +364,7 @@ def _scan_tiles_compiled(kernel, Z, norms, order, own, Zs, ns, ys, tiles, neares
             zeros += int(kernel(G, ns, norms[idx], own_col, ys, k, tol, near, opp, zero_other))
         return near, opp, zero_other, zeros
 
-    with threadpool_limits(limits=1, user_api="blas"):
+    with pool_limits(1, "blas"):
         if threads == 1:
             parts = [run(0, len(tiles))]
         else:

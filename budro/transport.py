@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 import scipy.sparse as sp
 
-from budro._threads import run_spans
+from budro._threads import pool_limits, run_spans
 from budro.exceptions import NumericalError, ValidationError
 
 __all__ = [
@@ -591,8 +591,6 @@ def _compiled_brute_force(select_rows, Z: np.ndarray, m: int, threads: int) -> n
     threads: BLAS's own pool would spin beside the compiled selection), candidates by a
     certified bound on their rounding, exact float64 costs of the candidates
     (:mod:`budro._knn_numba`)."""
-    from threadpoolctl import threadpool_limits
-
     Z = np.ascontiguousarray(Z, dtype=np.float64)
     n, p = Z.shape
     Zc = Z - Z.mean(axis=0)
@@ -607,7 +605,7 @@ def _compiled_brute_force(select_rows, Z: np.ndarray, m: int, threads: int) -> n
         D = np.matmul(Zf[s0:s1], Zf.T)
         select_rows(D, 0, s1 - s0, s0, Z, sqc, kappa, sqc_max, out)
 
-    with threadpool_limits(limits=1, user_api="blas"):
+    with pool_limits(1, "blas"):
         run_spans(run, n, rows, threads)
     return out
 
