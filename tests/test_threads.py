@@ -131,6 +131,27 @@ def test_limit_threads_bounds_blas_and_restores():
     assert after == before
 
 
+def test_pool_limits_keeps_its_controller_until_the_modules_change(monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    np.ones((4, 4)) @ np.ones((4, 4))  # BLAS loaded
+    blas = {p["filepath"]: p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"}
+    with _threads.pool_limits(1, "blas"):
+        inside = threadpoolctl.threadpool_info()
+        assert all(p["num_threads"] == 1 for p in inside if p["user_api"] == "blas")
+        with _threads.pool_limits(1, "blas"):  # nested: restores what the outer one set
+            pass
+        assert all(p["num_threads"] == 1 for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas")
+    assert {p["filepath"]: p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"} == blas
+    first = _threads._CONTROLLER
+    with _threads.pool_limits(1, "blas"):
+        pass
+    assert _threads._CONTROLLER is first  # kept: no new library lookup
+    monkeypatch.setitem(sys.modules, "budro_test_new_module", object())  # an import may load a library
+    with _threads.pool_limits(1, "blas"):
+        pass
+    assert _threads._CONTROLLER is not first and _threads._CONTROLLER[0][1] == len(sys.modules)
+
+
 def test_import_budro_shortens_the_openmp_spin_unless_the_user_chose():
     code = "import os, budro; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
