@@ -196,8 +196,8 @@ _CONTROLLER: tuple | None = None
 
 def pool_limits(limits: int, user_api: str | None = None):
     """``threadpoolctl.threadpool_limits(limits=..., user_api=...)`` through a controller kept
-    between calls: a new one looks up every loaded library (4.5 ms a call on this machine, once
-    per exact full-problem solve before), a kept one takes 0.06 ms.  It is made again in a new
+    between calls: a new one looks up every loaded library (1.2-4.5 ms a call on this machine,
+    once per exact full-problem solve before), a kept one takes 0.06 ms.  It is made again in a new
     process and whenever ``sys.modules`` has grown or shrunk since (an import is how a new BLAS or
     OpenMP library gets loaded), so pools loaded since are covered as with a fresh controller."""
     global _CONTROLLER
