@@ -256,10 +256,9 @@ class _FullState:
     #: and the columns whose lists were replaced since (a bool mask), or None.
     kernel_output: "_KernelOutput | None" = None
     dirty: np.ndarray | None = None
-    #: Commits so far (each changes anchor_of), and the columns ordered by anchor (a stable
-    #: argsort of anchor_of) with the count it was made at, or None.
-    commits: int = 0
-    by_anchor: tuple | None = None
+    #: The columns ordered by anchor (a stable argsort of anchor_of), or None until asked for
+    #: again after a commit changed anchor_of.
+    by_anchor: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -661,8 +660,7 @@ def _commit(st: _FullState, cols, rows, C, counts, X, masks, mus, anchor_id, *, 
     st.mask[cols] = masks
     st.mu[cols] = mus
     st.anchor_of[cols] = anchor_id
-    if hasattr(st, "commits"):  # (tests commit into plain namespaces)
-        st.commits += 1
+    st.by_anchor = None  # made again from anchor_of when next asked for
     for name in ("dirty", "down_stale"):  # (tests commit into plain namespaces)
         mask = getattr(st, name, None)
         if mask is not None:
@@ -865,12 +863,9 @@ def _by_anchor(st: _FullState) -> np.ndarray:
     """The columns in order of their anchors' ids (a stable argsort of ``anchor_of``), kept until
     the next commit changes ``anchor_of``: a solve certifies twice or more between commits (2.4 ms
     a sort at Adult)."""
-    held = st.by_anchor
-    if held is not None and held[0] == st.commits:
-        return held[1]
-    order = np.argsort(st.anchor_of, kind="stable")
-    st.by_anchor = (st.commits, order)
-    return order
+    if st.by_anchor is None:
+        st.by_anchor = np.argsort(st.anchor_of, kind="stable")
+    return st.by_anchor
 
 
 def _rises(st: _FullState, losses: np.ndarray, G: int, threads: int) -> None:
