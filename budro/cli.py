@@ -144,8 +144,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                    max_samples=args.max_samples or None, n_bootstrap=args.bootstrap, **builtin)
     print(report.table())
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        from budro._archive import atomic_writer
+
+        with atomic_writer(args.output) as fh:  # an interrupted write leaves the old report, never half of one
+            fh.write((json.dumps(report.to_dict(), indent=2) + "\n").encode("utf-8"))
         print(f"\nreport written to {args.output}")
     return 0
 

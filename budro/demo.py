@@ -113,7 +113,11 @@ def _plot(path: Path, X, y, plain_backend, fair, rows) -> Path:
                              arrowprops={"arrowstyle": "->", "color": "0.15", "lw": 0.8, "alpha": 0.8})
     fig.suptitle("BuDRO on the paper's synthetic example (arrows: last round's transport plan)")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from budro._archive import atomic_writer
+
+    try:
+        with atomic_writer(path) as fh:  # atomic, like every file budro writes
+            fig.savefig(fh, dpi=110, format=path.suffix[1:].lower() or "png")
+    finally:
+        plt.close(fig)
     return path

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -268,6 +266,8 @@ def test_fit_native_takes_sample_weights():
 
 
 # -- configuration and input checks -------------------------------------------------------
+# (those every built-in backend shares, bad weights and training data included, are in
+# tests/test_backend_inputs.py)
 
 
 def test_defaults_and_aliases():
@@ -277,20 +277,6 @@ def test_defaults_and_aliases():
     assert params["learning_rate"] == 0.1 and params["depth"] == 4 and params["l2_leaf_reg"] == 2.0
     assert params["random_seed"] == 5
     assert "eta=0.1" in repr(backend) and backend.n_rounds == 0
-
-
-def test_unknown_parameter_is_named():
-    with pytest.raises(ConfigError, match=r"'l2_leaf_regg'.*did you mean 'l2_leaf_reg'.*accepted:.*border_count"):
-        CatBoostBackend(l2_leaf_regg=3)
-
-
-@pytest.mark.parametrize(
-    "key", ["loss_function", "iterations", "n_estimators", "boosting_type", "eval_metric", "min_data_in_leaf",
-            "class_weights", "verbose", "leaf_estimation_backtracking"],
-)
-def test_budro_controlled_parameters_are_rejected(key):
-    with pytest.raises(ConfigError, match=key):
-        CatBoostBackend(**{key: 1})
 
 
 def test_newton_score_functions_are_rejected():
@@ -310,35 +296,6 @@ def test_lossguide_is_two_class_only():
     X, y = make_data(K=3)
     with pytest.raises(ValidationError, match="Lossguide"):
         CatBoostBackend(grow_policy="Lossguide").start(X, y, 3)
-
-
-def test_scale_pos_weight_needs_two_classes():
-    X, y = make_data(K=3)
-    with pytest.raises(ValidationError, match="scale_pos_weight"):
-        CatBoostBackend(scale_pos_weight=2.0).start(X, y, 3)
-
-
-def test_bad_weights_and_calls():
-    X, y = make_data(n=60)
-    fresh = CatBoostBackend()
-    with pytest.raises(BudroError, match="start"):
-        fresh.margins()
-    backend = CatBoostBackend(thread_count=1, depth=2)
-    backend.start(X, y, 2)
-    with pytest.raises(ValidationError, match="shape"):
-        backend.step(np.full((60, 3), 1 / 180))
-    with pytest.raises(ValidationError, match="sum to 1"):
-        backend.step(np.ones((60, 2)))
-    assert backend.n_rounds == 1
-    with pytest.raises(ValidationError, match=r"\.cbm or \.json"):
-        backend.save_model("model.bin")
-    with pytest.raises(ValidationError, match="features"):
-        backend.predict_margin(X[:, :2])
-
-
-def test_import_does_not_load_catboost():
-    code = "import sys, budro.backends.catboost, budro.backends.plugins; assert 'catboost' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_driven_rounds_emit_no_catboost_warnings():

@@ -13,7 +13,7 @@ import pytest
 
 from budro import registry
 from budro.backends.base import Backend
-from budro.exceptions import ConfigError, PluginError, ValidationError
+from budro.exceptions import BudroError, ConfigError, PluginError, ValidationError
 
 BACKENDS = {
     "xgboost": {"max_depth": 3, "nthread": 1},
@@ -478,3 +478,187 @@ def test_good_parameter_values_pass_and_are_probed_once(name, monkeypatch):
     for _ in range(3):
         assert registry.create("backend", name, **params).params["learning_rate" if name != "xgboost" else "eta"] == 0.25
     assert len(calls) == 1
+
+
+# -- configuration and input checks, every built-in backend alike ----------------------------------
+
+#: A misspelt parameter per backend, and what its error must say: the key, the closest accepted
+#: name and the accepted list.
+MISSPELT = {
+    "xgboost": ({"max_dept": 3}, r"'max_dept'.*did you mean 'max_depth'.*accepted:.*min_child_weight"),
+    "lightgbm": ({"num_leafs": 3}, r"'num_leafs'.*did you mean 'num_leaves'.*accepted:.*min_sum_hessian_in_leaf"),
+    "catboost": ({"l2_leaf_regg": 3}, r"'l2_leaf_regg'.*did you mean 'l2_leaf_reg'.*accepted:.*border_count"),
+}
+
+#: Parameters budro sets itself (objective, number of rounds or classes, ...), per backend.
+CONTROLLED = (
+    [("xgboost", key) for key in ("objective", "num_class", "n_estimators", "num_boost_round", "booster")]
+    + [("lightgbm", key) for key in ("objective", "num_class", "n_estimators", "num_iterations", "boosting",
+                                    "boost_from_average", "metric", "is_unbalance", "path_smooth",
+                                    "pos_bagging_fraction", "linear_tree")]
+    + [("catboost", key) for key in ("loss_function", "iterations", "n_estimators", "boosting_type", "eval_metric",
+                                    "min_data_in_leaf", "class_weights", "verbose", "leaf_estimation_backtracking")]
+)
+
+#: An alias given with the native name it stands for, and the name the error must give.
+ALIAS_CLASH = {
+    "xgboost": ({"eta": 0.1, "learning_rate": 0.2}, "eta"),
+    "lightgbm": ({"learning_rate": 0.1, "eta": 0.2}, "learning_rate"),
+}
+
+#: What save_model accepts, as its error for another suffix says (LightGBM's text takes any name).
+MODEL_SUFFIXES = {"xgboost": r"\.json or \.ubj", "catboost": r"\.cbm or \.json"}
+#: A file name each backend's save_model takes.
+MODEL_FILES = {"xgboost": "model.json", "lightgbm": "model.txt", "catboost": "model.cbm"}
+
+
+def backend(name, **params):
+    pytest.importorskip(name)
+    return registry.create("backend", name, **params)
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_unknown_parameter_is_named(name):
+    params, match = MISSPELT[name]
+    with pytest.raises(ConfigError, match=match):
+        backend(name, **params)
+
+
+@pytest.mark.parametrize("name, key", CONTROLLED, ids=[f"{n}-{k}" for n, k in CONTROLLED])
+def test_budro_controlled_parameters_are_rejected(name, key):
+    with pytest.raises(ConfigError, match=key):
+        backend(name, **{key: 1})
+
+
+@pytest.mark.parametrize("name", sorted(ALIAS_CLASH))
+def test_alias_and_native_name_together_are_rejected(name):
+    params, match = ALIAS_CLASH[name]
+    with pytest.raises(ConfigError, match=match):
+        backend(name, **params)
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_bad_weight_scale(name):
+    with pytest.raises(ConfigError, match="weight_scale"):
+        backend(name, weight_scale="sum")
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_scale_pos_weight_needs_two_classes(name):
+    X, y = make_data(K=3)
+    with pytest.raises(ValidationError, match="scale_pos_weight"):
+        backend(name, scale_pos_weight=2.0, **BACKENDS[name]).start(X, y, 3)
+
+
+@pytest.fixture(scope="module", params=sorted(BACKENDS))
+def started(request):
+    """A backend of each kind after start on 100 rows: (name, backend, X, y)."""
+    name = request.param
+    X, y = make_data(n=100)
+    b = backend(name, **BACKENDS[name])
+    b.start(X, y, 2)
+    return name, b, X, y
+
+
+def _uniform(shape=(100, 2), **edit):
+    W = np.full(shape, 1.0 / np.prod(shape))
+    for key, value in edit.items():
+        W[tuple(int(i) for i in key[1:].split("_"))] = value
+    return W
+
+
+@pytest.mark.parametrize(
+    "weights, match",
+    [
+        (_uniform((100, 3)), "shape"),
+        (_uniform((99, 2)), "shape"),
+        (_uniform((100,)), "shape"),
+        (_uniform(w0_0=-1e-3, w1_0=1e-3 + 2 / 200), "non-negative"),
+        (_uniform(w0_0=np.nan), "finite"),
+        (_uniform(w0_0=np.inf), "finite"),
+        (_uniform() * 100, "sum to 1"),
+        ([["a", "b"]] * 100, "numeric"),
+    ],
+    ids=["K", "n", "1-D", "negative", "nan", "inf", "sum", "strings"],
+)
+def test_bad_weights_are_refused_before_a_round(started, weights, match):
+    _, b, _, _ = started
+    rounds = b.n_rounds
+    with pytest.raises(ValidationError, match=match):
+        b.step(weights)
+    assert b.n_rounds == rounds
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_bad_training_data(name):
+    X, y = make_data(n=50)
+    b = backend(name, **BACKENDS[name])
+    X_inf = X.copy()
+    X_inf[3, 1] = np.inf  # NaN is a missing value; inf is an error
+    codes = np.column_stack([X, np.arange(len(y)) % 3])
+    negative, fractional = codes.copy(), codes.copy()
+    negative[5, -1], fractional[5, -1] = -2.0, 1.5
+    cases = [
+        (lambda: b.start(X_inf, y, 2), "X must not hold infinite values"),
+        (lambda: b.start(negative, y, 2, categorical_features=[4]), r"column 4 is categorical.*found -2\.0"),
+        (lambda: b.start(fractional, y, 2, categorical_features=[4]), r"column 4 is categorical.*found 1\.5"),
+        (lambda: b.start(X, y, 2, categorical_features=[X.shape[1]]), "categorical_features must hold column indices"),
+        (lambda: b.start(X[:, 0], y, 2), "X must be 2-D"),
+        (lambda: b.start(X, y[:-1], 2), "y must have shape"),
+        (lambda: b.start(X, y + 1, 2), r"y must hold integer labels in \[0, 2\)"),
+        (lambda: b.start(X, y, 1), "n_classes"),
+        (lambda: b.start(X, y, 2, random_state=-1), "random_state"),
+        (lambda: b.fit_native(X, y, 2, 0), "n_rounds"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValidationError, match=match):
+            call()
+    assert b.n_rounds == 0
+
+
+def test_calls_before_start_and_bad_prediction_input(started, tmp_path):
+    name, b, X, _ = started
+    fresh = backend(name)
+    for call in (lambda: fresh.step(_uniform()), fresh.margins, lambda: fresh.predict_margin(np.zeros((1, 4)))):
+        with pytest.raises(BudroError, match="start"):
+            call()
+    with pytest.raises(ValidationError, match="features"):
+        b.predict_margin(X[:, :3])
+    if name in MODEL_SUFFIXES:
+        with pytest.raises(ValidationError, match=MODEL_SUFFIXES[name]):
+            b.save_model(tmp_path / "model.bin")
+        assert not (tmp_path / "model.bin").exists()
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_save_model_is_atomic(name, tmp_path, monkeypatch):
+    """A save that fails leaves the file that was there (no partial model, no temporary file);
+    one that succeeds replaces it whole, and the library reads it back."""
+    b = trained(name, 2)
+    path = tmp_path / MODEL_FILES[name]
+    path.write_bytes(b"the previous model")
+
+    def broken(fd):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("budro._archive.os.fsync", broken)
+        with pytest.raises(OSError, match="disk full"):
+            b.save_model(path)
+    assert path.read_bytes() == b"the previous model"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    b.save_model(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    data = path.read_bytes()
+    assert data != b"the previous model" and len(data) > 100
+    fresh = registry.create("backend", name, **BACKENDS[name])
+    fresh.load_native_bytes(data, n_classes=2, n_features=4)  # the file holds the library's own model
+    X, _ = make_data(n=30, seed=4)
+    np.testing.assert_array_equal(fresh.predict_margin(X), b.predict_margin(X))
+
+
+@pytest.mark.parametrize("name", sorted(BACKENDS))
+def test_import_does_not_load_the_library(name):
+    code = (f"import sys, budro.backends.{name}, budro.backends.plugins; "
+            f"assert {name!r} not in sys.modules, sorted(m for m in sys.modules if {name!r} in m)")
+    subprocess.run([sys.executable, "-c", code], check=True)

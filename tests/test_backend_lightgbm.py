@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,7 @@ import pytest
 lgb = pytest.importorskip("lightgbm")
 
 from budro.backends.lightgbm import PARAM_ALIASES, RESERVED_PARAMS, LightGBMBackend  # noqa: E402
-from budro.exceptions import BudroError, ConfigError, ValidationError  # noqa: E402
+from budro.exceptions import BudroError, ValidationError  # noqa: E402
 
 N = 300
 ATOL = 1e-6
@@ -320,6 +318,8 @@ def test_fit_native_returns_a_predicting_backend_and_takes_sample_weights():
 
 
 # -- configuration and input checks -------------------------------------------------------
+# (those every built-in backend shares, bad weights and training data included, are in
+# tests/test_backend_inputs.py)
 
 
 def test_defaults_and_aliases():
@@ -342,104 +342,3 @@ def test_aliases_are_lightgbms_own():
         assert alias in aliases[native], (alias, native)
     for key in ("objective", "num_iterations", "boosting", "metric", "num_class", "is_unbalance"):
         assert set(aliases[key]) <= set(RESERVED_PARAMS), key
-
-
-def test_unknown_parameter_is_named():
-    with pytest.raises(ConfigError, match=r"'num_leafs'.*did you mean 'num_leaves'.*accepted:.*min_sum_hessian_in_leaf"):
-        LightGBMBackend(num_leafs=3)
-
-
-@pytest.mark.parametrize(
-    "key", ["objective", "num_class", "n_estimators", "num_iterations", "boosting", "boost_from_average",
-            "metric", "is_unbalance", "path_smooth", "pos_bagging_fraction", "linear_tree"],
-)
-def test_budro_controlled_parameters_are_rejected(key):
-    with pytest.raises(ConfigError, match=key):
-        LightGBMBackend(**{key: 1})
-
-
-def test_alias_and_native_name_together_are_rejected():
-    with pytest.raises(ConfigError, match="learning_rate"):
-        LightGBMBackend(learning_rate=0.1, eta=0.2)
-
-
-def test_bad_weight_scale():
-    with pytest.raises(ConfigError, match="weight_scale"):
-        LightGBMBackend("sum")
-
-
-def test_scale_pos_weight_needs_two_classes():
-    X, y = make_data(K=3)
-    with pytest.raises(ValidationError, match="scale_pos_weight"):
-        LightGBMBackend(scale_pos_weight=2.0).start(X, y, 3)
-
-
-@pytest.fixture(scope="module")
-def started():
-    X, y = make_data(n=100)
-    backend = LightGBMBackend(num_threads=1, num_leaves=4)
-    backend.start(X, y, 2)
-    return backend, X, y
-
-
-@pytest.mark.parametrize(
-    "weights, match",
-    [
-        (np.full((100, 3), 1 / 300), "shape"),
-        (np.full((99, 2), 1 / 198), "shape"),
-        (np.full(100, 1 / 100), "shape"),
-        (np.vstack([[-1e-3, 1e-3 + 1 / 100], np.full((99, 2), 1 / 200)]), "non-negative"),
-        (np.vstack([[np.nan, 0.0], np.full((99, 2), 1 / 200)]), "finite"),
-        (np.full((100, 2), 1.0), "sum to 1"),
-        ([["a", "b"]] * 100, "numeric"),
-    ],
-)
-def test_bad_weights(started, weights, match):
-    backend, _, _ = started
-    rounds = backend.n_rounds
-    with pytest.raises(ValidationError, match=match):
-        backend.step(weights)
-    assert backend.n_rounds == rounds
-
-
-def test_bad_training_data():
-    X, y = make_data(n=50)
-    backend = LightGBMBackend(num_threads=1)
-    X_inf = X.copy()
-    X_inf[3, 1] = np.inf  # NaN is a missing value; inf is an error
-    with pytest.raises(ValidationError, match="X must not hold infinite values"):
-        backend.start(X_inf, y, 2)
-    codes = np.column_stack([X, np.arange(len(y)) % 3])
-    codes[5, -1] = -2.0
-    with pytest.raises(ValidationError, match=r"column 5 is categorical.*found -2\.0"):
-        backend.start(codes, y, 2, categorical_features=[5])
-    codes[5, -1] = 1.5
-    with pytest.raises(ValidationError, match=r"column 5 is categorical.*found 1\.5"):
-        backend.start(codes, y, 2, categorical_features=[5])
-    with pytest.raises(ValidationError, match="categorical_features must hold column indices"):
-        backend.start(X, y, 2, categorical_features=[X.shape[1]])
-    with pytest.raises(ValidationError, match="y must have shape"):
-        backend.start(X, y[:-1], 2)
-    with pytest.raises(ValidationError, match=r"y must hold integer labels in \[0, 2\)"):
-        backend.start(X, y + 1, 2)
-    with pytest.raises(ValidationError, match="n_classes"):
-        backend.start(X, y, 1)
-    with pytest.raises(ValidationError, match="n_rounds"):
-        backend.fit_native(X, y, 2, 0)
-    with pytest.raises(ValidationError, match="random_state"):
-        backend.start(X, y, 2, random_state=-1)
-
-
-def test_calls_before_start_and_bad_prediction_input(started):
-    fresh = LightGBMBackend()
-    for call in (lambda: fresh.step(np.full((100, 2), 1 / 200)), fresh.margins, lambda: fresh.predict_margin(np.zeros((1, 5)))):
-        with pytest.raises(BudroError, match="start"):
-            call()
-    backend, X, _ = started
-    with pytest.raises(ValidationError, match="features"):
-        backend.predict_margin(X[:, :3])
-
-
-def test_import_does_not_load_lightgbm():
-    code = "import sys, budro.backends.lightgbm, budro.backends.plugins; assert 'lightgbm' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,7 @@ import pytest
 xgb = pytest.importorskip("xgboost")
 
 from budro.backends.xgboost import XGBoostBackend  # noqa: E402
-from budro.exceptions import BudroError, ConfigError, ValidationError  # noqa: E402
+from budro.exceptions import BudroError  # noqa: E402
 
 N = 300
 ATOL = 1e-6
@@ -309,6 +307,8 @@ def test_fit_native_returns_a_predicting_backend():
 
 
 # -- configuration and input checks -------------------------------------------------------
+# (those every built-in backend shares, bad weights and training data included, are in
+# tests/test_backend_inputs.py)
 
 
 def test_defaults_and_aliases():
@@ -318,114 +318,3 @@ def test_defaults_and_aliases():
     assert params["eta"] == 0.1 and params["lambda"] == 2.0 and params["nthread"] == 1 and params["seed"] == 5
     assert "learning_rate=0.1" in repr(backend)
     assert backend.n_rounds == 0
-
-
-def test_unknown_parameter_is_named():
-    with pytest.raises(ConfigError, match=r"'max_dept'.*did you mean 'max_depth'.*accepted:.*min_child_weight"):
-        XGBoostBackend(max_dept=3)
-
-
-@pytest.mark.parametrize("key", ["objective", "num_class", "n_estimators", "num_boost_round", "booster"])
-def test_budro_controlled_parameters_are_rejected(key):
-    with pytest.raises(ConfigError, match=key):
-        XGBoostBackend(**{key: "x"})
-
-
-def test_alias_and_native_name_together_are_rejected():
-    with pytest.raises(ConfigError, match="eta"):
-        XGBoostBackend(eta=0.1, learning_rate=0.2)
-
-
-def test_bad_weight_scale():
-    with pytest.raises(ConfigError, match="weight_scale"):
-        XGBoostBackend("sum")
-
-
-def test_scale_pos_weight_needs_two_classes():
-    X, y = continuous_data(K=3)
-    with pytest.raises(ValidationError, match="scale_pos_weight"):
-        XGBoostBackend(scale_pos_weight=2.0).start(X, y, 3)
-
-
-@pytest.fixture(scope="module")
-def started():
-    X, y = continuous_data(n=100)
-    backend = XGBoostBackend(max_depth=2, nthread=1)
-    backend.start(X, y, 2)
-    return backend, X, y
-
-
-def _weights(shape=(100, 2), **edit):
-    W = np.full(shape, 1.0 / (shape[0] * shape[1]))
-    for key, value in edit.items():
-        W[tuple(int(i) for i in key[1:].split("_"))] = value
-    return W
-
-
-@pytest.mark.parametrize(
-    "weights, match",
-    [
-        (_weights((100, 3)), "shape"),
-        (_weights((99, 2)), "shape"),
-        (_weights()[:, 0], "shape"),
-        (_weights(w0_0=-1e-3, w1_0=1e-3 + 2 / 200), "non-negative"),
-        (_weights(w0_0=np.nan), "finite"),
-        (_weights(w0_0=np.inf), "finite"),
-        (_weights() * 100, "sum to 1"),
-        ([["a", "b"]] * 100, "numeric"),
-    ],
-)
-def test_bad_weights(started, weights, match):
-    backend, _, _ = started
-    rounds = backend.n_rounds
-    with pytest.raises(ValidationError, match=match):
-        backend.step(weights)
-    assert backend.n_rounds == rounds
-
-
-def test_bad_training_data():
-    X, y = continuous_data(n=50)
-    backend = XGBoostBackend(nthread=1)
-    X_inf = X.copy()
-    X_inf[3, 1] = np.inf  # NaN is a missing value; inf is an error
-    with pytest.raises(ValidationError, match="X must not hold infinite values"):
-        backend.start(X_inf, y, 2)
-    codes = np.column_stack([X, np.arange(len(y)) % 3])
-    codes[5, -1] = -2.0
-    with pytest.raises(ValidationError, match=r"column 5 is categorical.*found -2\.0"):
-        backend.start(codes, y, 2, categorical_features=[5])
-    codes[5, -1] = 1.5
-    with pytest.raises(ValidationError, match=r"column 5 is categorical.*found 1\.5"):
-        backend.start(codes, y, 2, categorical_features=[5])
-    with pytest.raises(ValidationError, match="categorical_features must hold column indices"):
-        backend.start(X, y, 2, categorical_features=[X.shape[1]])
-    with pytest.raises(ValidationError, match="X must be 2-D"):
-        backend.start(X[:, 0], y, 2)
-    with pytest.raises(ValidationError, match="y must have shape"):
-        backend.start(X, y[:-1], 2)
-    with pytest.raises(ValidationError, match=r"y must hold integer labels in \[0, 2\)"):
-        backend.start(X, y + 1, 2)
-    with pytest.raises(ValidationError, match="n_classes"):
-        backend.start(X, y, 1)
-    with pytest.raises(ValidationError, match="n_rounds"):
-        backend.fit_native(X, y, 2, 0)
-
-
-def test_calls_before_start_and_bad_prediction_input(started, tmp_path):
-    fresh = XGBoostBackend()
-    with pytest.raises(BudroError, match="start"):
-        fresh.step(_weights())
-    with pytest.raises(BudroError, match="start"):
-        fresh.margins()
-    with pytest.raises(BudroError, match="start"):
-        fresh.predict_margin(np.zeros((1, 5)))
-    backend, X, _ = started
-    with pytest.raises(ValidationError, match="features"):
-        backend.predict_margin(X[:, :3])
-    with pytest.raises(ValidationError, match=r"\.json or \.ubj"):
-        backend.save_model(tmp_path / "model.bin")
-
-
-def test_import_does_not_load_xgboost():
-    code = "import sys, budro.backends.xgboost, budro.backends.plugins; assert 'xgboost' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)

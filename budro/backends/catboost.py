@@ -84,9 +84,10 @@ from budro.backends._common import (
     check_native_bytes,
     check_native_load_args,
     check_seed,
-    probe_data,
     check_training_data,
     check_weights,
+    probe_data,
+    write_model_file,
 )
 from budro.backends.base import native_sample_weights
 from budro.exceptions import ConfigError, ValidationError
@@ -492,7 +493,7 @@ class CatBoostBackend(BuiltinBackend):
         return _raw(self._sum(), _with_categories(X, self._categorical), self.n_classes_)
 
     def save_model(self, path: str | os.PathLike) -> None:
-        """Write the model in CatBoost's binary (``.cbm``) or JSON (``.json``) format;
+        """Write the model in CatBoost's binary (``.cbm``) or JSON (``.json``) format, atomically;
         ``catboost.CatBoost().load_model(path, format=...)`` loads it and predicts identically."""
         self._require_model("save_model")
         path = os.fspath(path)
@@ -500,7 +501,13 @@ class CatBoostBackend(BuiltinBackend):
         formats = {".cbm": "cbm", ".json": "json"}
         if suffix not in formats:
             raise ValidationError(f"save_model: path must end in .cbm or .json (CatBoost's formats); got {path!r}")
-        self._sum().save_model(path, format=formats[suffix])
+        # CatBoost writes only to a file name: into a private folder first, then atomically to path
+        with tempfile.TemporaryDirectory(prefix="budro-catboost-") as tmp:
+            written = os.path.join(tmp, "model" + suffix)
+            self._sum().save_model(written, format=formats[suffix])
+            with open(written, "rb") as fh:
+                data = fh.read()
+        write_model_file(path, data)
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
                    *, random_state: int | None = None, sample_weight: np.ndarray | None = None,

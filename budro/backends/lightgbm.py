@@ -71,9 +71,10 @@ from budro.backends._common import (
     check_native_bytes,
     check_native_load_args,
     check_seed,
-    probe_data,
     check_training_data,
     check_weights,
+    probe_data,
+    write_model_file,
 )
 from budro.backends.base import native_sample_weights
 from budro.exceptions import BudroError, ValidationError
@@ -514,12 +515,11 @@ class LightGBMBackend(BuiltinBackend):
         return m.reshape(X.shape[0]) if self.n_classes_ == 2 else m.reshape(X.shape[0], -1)
 
     def save_model(self, path: str | os.PathLike) -> None:
-        """Write the model in LightGBM's text format, with its ``binary``/``multiclass``
-        objective: ``lightgbm.Booster(model_file=path)`` loads it; its ``predict`` gives the
+        """Write the model in LightGBM's text format (any file name), atomically, with its
+        ``binary``/``multiclass`` objective: ``lightgbm.Booster(model_file=path)`` loads it; its ``predict`` gives the
         probabilities and ``predict(raw_score=True)`` the margins of this backend."""
         self._require_model("save_model")
-        with open(os.fspath(path), "w", encoding="utf-8") as fh:
-            fh.write(self._model_string())
+        write_model_file(os.fspath(path), self._model_string().encode("utf-8"))
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
                    *, random_state: int | None = None, sample_weight: np.ndarray | None = None,

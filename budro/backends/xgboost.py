@@ -38,9 +38,10 @@ from budro.backends._common import (
     check_native_bytes,
     check_native_load_args,
     check_seed,
-    probe_data,
     check_training_data,
     check_weights,
+    probe_data,
+    write_model_file,
 )
 from budro.backends.base import native_sample_weights
 from budro.exceptions import ConfigError, ValidationError
@@ -393,13 +394,14 @@ class XGBoostBackend(BuiltinBackend):
         return m[:, 0] if self.n_classes_ == 2 else m
 
     def save_model(self, path: str | os.PathLike) -> None:
-        """Write the model in XGBoost's JSON (``.json``) or UBJSON (``.ubj``) format;
+        """Write the model in XGBoost's JSON (``.json``) or UBJSON (``.ubj``) format, atomically;
         ``xgboost.Booster(model_file=path)`` loads it and predicts identically."""
         self._require_model("save_model")
         path = os.fspath(path)
         if not path.lower().endswith((".json", ".ubj")):
             raise ValidationError(f"save_model: path must end in .json or .ubj (XGBoost's formats); got {path!r}")
-        self._booster.save_model(path)
+        # the bytes Booster.save_model would write, written atomically
+        write_model_file(path, bytes(self._booster.save_raw("ubj" if path.lower().endswith(".ubj") else "json")))
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
                    *, random_state: int | None = None, sample_weight: np.ndarray | None = None,
