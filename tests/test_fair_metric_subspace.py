@@ -263,3 +263,33 @@ def test_non_numeric_protected_column_is_named(rng):
     X[:, 0] = np.where(X[:, 0] == 1, "male", "female")
     with pytest.raises(ValidationError, match="column 0 holds '(fe)?male'; encode categorical attributes first"):
         SensitiveSubspace().fit(X, protected=[0])
+
+
+def test_linear_models_are_fitted_on_one_blas_thread(rng, monkeypatch):
+    """scikit-learn's L-BFGS on a few dozen columns is faster on one BLAS thread than on two (the
+    second thread's synchronisation costs more than it saves) and the same on any core count;
+    the pools are restored after."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+
+    def blas_threads():
+        return [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+
+    if not blas_threads():
+        pytest.skip("no BLAS library with a thread pool is loaded")
+    seen = []
+    original = SensitiveSubspace._fit_models
+
+    def spy(self, *args):
+        seen.append(blas_threads())
+        return original(self, *args)
+
+    monkeypatch.setattr(SensitiveSubspace, "_fit_models", spy)
+    X = rng.normal(size=(200, 4))
+    X[:, 0] = rng.integers(0, 2, size=200)
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):
+        before = blas_threads()
+        metric = SensitiveSubspace(fit_linear_models=[0]).fit(X, protected=[0])
+        after = blas_threads()
+    assert seen and all(threads == [1] * len(threads) for threads in seen)
+    assert after == before
+    assert any("logistic" in label for label in metric.direction_labels_)
