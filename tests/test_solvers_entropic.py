@@ -24,7 +24,9 @@ from budro.solvers.dual import DualSolver
 from budro.solvers._convergence import convergence_message
 from budro.solvers.entropic import EntropicSGDSolver, EntropicSolver, _ColumnSoftmax
 from budro.testing._solvers import reference_bounds
-from budro.transport import Cost, DenseCost, EmbeddingCost, NeighborCost, TransportProblem
+from budro.transport import DenseCost, EmbeddingCost, NeighborCost, TransportProblem
+
+from test_solvers_exact import ColumnSpy
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -246,22 +248,6 @@ def test_identical_points_spread_over_the_best_rows():
 
 
 # ---------------------------------------------------------------------------- costs in blocks, sparse costs
-
-
-class ColumnSpy(Cost):
-    """A non-dense cost that refuses blocks wider than ``limit`` columns."""
-
-    def __init__(self, inner, limit):
-        self.inner, self.limit, self.n = inner, limit, inner.n
-        self.widths = []
-
-    def column_block(self, start, stop):
-        assert stop - start <= self.limit, f"asked for {stop - start} columns at once"
-        self.widths.append(stop - start)
-        return self.inner.column_block(start, stop)
-
-    def entries(self, rows, cols):
-        return self.inner.entries(rows, cols)
 
 
 @pytest.mark.parametrize("factory", [EntropicSolver, EntropicSGDSolver], ids=["entropic", "entropic-sgd"])

@@ -18,44 +18,12 @@ from budro.solvers.dual import DualSolver
 from budro.solvers.lp import LPSolver
 from budro.transport import DenseCost, EmbeddingCost, TransportProblem
 
-from test_solvers_exact import make_instance
+from test_solvers_exact import assert_same_optimum, check_exact_plan, make_instance
+
 KERNELS = ["numpy"] + (["numba"] if _sparse_kernels.available() else [])
 
 
 RTOL = 1e-9
-
-
-def check_feasible(problem, res):
-    """Non-negative weights with the right marginals, consistent objective, budget met."""
-    n = problem.n
-    w = res.weights
-    assert w.shape == (n, problem.n_labels)
-    assert np.all(w >= 0)
-    assert abs(w.sum() - 1.0) <= 1e-12
-    np.testing.assert_allclose(w.sum(axis=0), problem.label_shares, rtol=0, atol=1e-12)
-    scale = max(1.0, abs(res.objective))
-    assert abs(float(np.sum(w * problem.losses)) - res.objective) <= 1e-12 * scale
-    assert res.transport_cost <= problem.eps * (1 + 1e-12) + 1e-15, (res.transport_cost, problem.eps)
-    plan = res.plan.toarray()
-    assert np.all(plan >= 0)
-    np.testing.assert_allclose(plan.sum(axis=0), np.full(n, 1.0 / n), rtol=0, atol=1e-14)
-
-
-def check_exact_plan(problem, res):
-    """The dual solver's plan: at most n + 1 nonzeros, at most one split column, g(eta) = objective."""
-    check_feasible(problem, res)
-    n = problem.n
-    assert res.plan.nnz <= n + 1
-    per_column = np.diff(res.plan.tocsc().indptr)
-    assert np.all(per_column >= 1) and np.sum(per_column == 2) <= 1 and per_column.max() <= 2
-    assert res.eta >= 0
-    assert abs(res.dual_objective - res.objective) <= RTOL * max(1.0, abs(res.objective))
-    assert res.converged and res.info["certified"]  # stopped on the optimal breakpoint
-
-
-def assert_same_optimum(dual_res, lp_res):
-    ref = lp_res.objective
-    assert abs(dual_res.objective - ref) <= RTOL * max(1.0, abs(ref)), (dual_res.objective, ref)
 
 
 def solve_blocks(problem, **params):
