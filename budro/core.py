@@ -292,7 +292,7 @@ def _check_result(result: TransportResult, step: int, solver: Solver) -> None:
 
 
 def _check_eps(eps: Any) -> float:
-    if isinstance(eps, bool):
+    if isinstance(eps, (bool, str, bytes)):  # a number, not its spelling: "0.1" is refused as 0.1 is not
         raise ValidationError(f"eps must be a finite number >= 0, got {eps!r}")
     try:
         value = float(eps)

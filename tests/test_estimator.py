@@ -68,6 +68,7 @@ def test_string_labels_and_three_classes(rng):
 @pytest.mark.parametrize("params, error, match", [
     ({"eps": -0.1}, ValidationError, "eps must be a finite number >= 0"),
     ({"eps": float("inf")}, ValidationError, "eps must be a finite number >= 0"),
+    ({"eps": "0.1"}, ValidationError, "eps must be a finite number >= 0, got '0.1'"),
     ({"n_steps": 2.5}, ValidationError, "n_steps must be an integer >= 0"),
     ({"random_state": "seed"}, ValidationError, "random_state must be an integer or None"),
     ({"backend": "sklearn-gbm"}, UnknownPluginError, "unknown backend 'sklearn-gbm'.*choose one of: .*xgboost"),
