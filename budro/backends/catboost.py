@@ -501,13 +501,7 @@ class CatBoostBackend(BuiltinBackend):
         formats = {".cbm": "cbm", ".json": "json"}
         if suffix not in formats:
             raise ValidationError(f"save_model: path must end in .cbm or .json (CatBoost's formats); got {path!r}")
-        # CatBoost writes only to a file name: into a private folder first, then atomically to path
-        with tempfile.TemporaryDirectory(prefix="budro-catboost-") as tmp:
-            written = os.path.join(tmp, "model" + suffix)
-            self._sum().save_model(written, format=formats[suffix])
-            with open(written, "rb") as fh:
-                data = fh.read()
-        write_model_file(path, data)
+        write_model_file(path, self._model_bytes(formats[suffix]))
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
                    *, random_state: int | None = None, sample_weight: np.ndarray | None = None,
@@ -539,9 +533,14 @@ class CatBoostBackend(BuiltinBackend):
         """The model (all rounds summed) in CatBoost's binary format (:attr:`native_format`
         ``"catboost-cbm"``), the bytes :meth:`save_model` writes to a ``.cbm`` file."""
         self._require_model("to_native_bytes")
+        return self._model_bytes("cbm")
+
+    def _model_bytes(self, fmt: str) -> bytes:
+        """The summed model in CatBoost's format ``fmt`` (``"cbm"`` or ``"json"``), as bytes:
+        CatBoost writes only to a file name, so into a private folder first."""
         with tempfile.TemporaryDirectory(prefix="budro-catboost-") as tmp:
-            path = os.path.join(tmp, "model.cbm")
-            self._sum().save_model(path, format="cbm")
+            path = os.path.join(tmp, "model." + fmt)
+            self._sum().save_model(path, format=fmt)
             with open(path, "rb") as fh:
                 return fh.read()
 
