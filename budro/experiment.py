@@ -617,18 +617,14 @@ def _write_unit(path: Path, stamp: Mapping[str, Any], unit: Unit, row: Mapping[s
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same folder, then
-    :func:`os.replace`; an interruption leaves the old file (or none), never half a file."""
+    """Write ``text`` (UTF-8, newlines as given) to ``path`` atomically
+    (:func:`budro._archive.atomic_writer`); an interruption leaves the old file (or none), never
+    half a file."""
+    from budro._archive import atomic_writer
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_writer(path) as fh:
+        fh.write(text.encode("utf-8"))
     return path
 
 
@@ -840,17 +836,14 @@ def plot_tradeoff(summary: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     if title:
         fig.suptitle(f"{title}: accuracy vs fairness")
     fig.tight_layout()
+    from budro._archive import atomic_writer
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)  # atomic, like every result file
+        with atomic_writer(path) as fh:  # atomic, like every result file
+            fig.savefig(fh, dpi=120, format=path.suffix[1:].lower() or "png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 
