@@ -45,6 +45,34 @@ def dense(problem):
     return DualSolver(full_min_n=None, max_dense_n=None).solve(problem)
 
 
+def _plain_state(n, K, labels, ptr, flat, C):
+    """The list fields of a full-path state (packed lists given by ``ptr``) in a plain namespace,
+    as _commit reads and writes them."""
+    return SimpleNamespace(n=n, K=K, labels=labels, lo=ptr[:-1].copy(), hi=ptr[1:].copy(), slot=np.diff(ptr),
+                           end=int(ptr[-1]), packed=True, flat=flat, C=C, X=np.zeros((n, 2, 2)),
+                           mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
+
+
+def _listed(state):
+    """(flat, C) of every listed pair, column by column."""
+    return _dual_full._packed(state)[1:]
+
+
+def _assert_lists(st, expected):
+    """Each column's list in the pool is ``expected[j]`` (flat, C); the columns' slots lie within
+    the used pool, disjoint, each holding its list."""
+    for j, (flat, C) in expected.items():
+        np.testing.assert_array_equal(st.flat[st.lo[j]:st.hi[j]], flat)
+        np.testing.assert_array_equal(st.C[st.lo[j]:st.hi[j]], C)
+    assert (st.hi - st.lo <= st.slot).all() and (st.lo >= 0).all() and (st.lo + st.slot <= st.end).all()
+    assert st.end <= st.flat.size == st.C.size
+    order = np.argsort(st.lo, kind="stable")
+    assert (st.lo[order][1:] >= (st.lo + st.slot)[order][:-1]).all()  # disjoint slots
+    ptr, flat, C = _dual_full._packed(st)
+    for j, (f, c) in expected.items():
+        np.testing.assert_array_equal(flat[ptr[j]:ptr[j + 1]], f)
+
+
 def assert_optimal(res, ref, problem):
     scale = max(1.0, abs(ref.objective))
     assert abs(res.objective - ref.objective) <= RTOL * scale, (res.objective, ref.objective)
@@ -181,7 +209,7 @@ def test_failed_certificates_are_rescanned(kernel):
     assert ok.all()
     # raise the losses of a few rows that no list holds, far enough to beat everything
     listed = np.zeros(n, dtype=bool)
-    listed[state.rows] = True
+    listed[_listed(state)[0] // state.K] = True
     lifted = np.flatnonzero(~listed)[:3]
     assert lifted.size
     jumped = losses.copy()
@@ -200,7 +228,8 @@ def test_failed_certificates_are_rescanned(kernel):
     state = solver._full_state
     assert np.any(state.mask != 0)  # some columns hold hull-pruned pairs
     fallen = losses.copy()
-    fallen[state.rows[state.C > 0][:50]] -= 3.0
+    flat, C = _listed(state)
+    fallen[(flat // state.K)[C > 0][:50]] -= 3.0
     p2 = TransportProblem(fallen, labels, cost, 0.3)
     point = _dual_full._minimise(solver, p2, _dual_full._candidates(solver, state, p2))[0]
     _dual_full._certify(solver, state, p2, point)
@@ -343,7 +372,7 @@ def test_partial_budget_after_a_warm_round():
     cost = EmbeddingCost(Z, cache_bytes=0)
     solver = FullPathSolver()
     solver.solve(TransportProblem(losses, labels, cost, 0.3))
-    solver.max_pairs = int(solver._full_state.ptr[-1])  # no room to rescan anything
+    solver.max_pairs = solver._full_state.live  # no room to rescan anything
     jumped = losses + rng.normal(size=losses.shape)
     problem = TransportProblem(jumped, labels, cost, 0.3)
     with warnings.catch_warnings():
@@ -449,9 +478,7 @@ def test_commit_replaces_exactly_the_rescanned_lists(share, threads, index):
     np.cumsum(counts, out=ptr[1:])
     labels = rng.integers(0, K, n)
     rows = rng.integers(0, n, int(ptr[-1])).astype(index)
-    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=ptr, flat=(rows * K + np.repeat(labels, counts)).astype(index),
-                         C=rng.random(rows.size), X=np.zeros((n, 2, 2)),
-                         mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
+    st = _plain_state(n, K, labels, ptr, (rows * K + np.repeat(labels, counts)).astype(index), rng.random(rows.size))
     cols = np.sort(rng.choice(n, int(share * n), replace=False))
     new_counts = rng.integers(1, 9, cols.size)
     total = int(new_counts.sum())
@@ -462,23 +489,22 @@ def test_commit_replaces_exactly_the_rescanned_lists(share, threads, index):
         expected[j] = (new_rows[off[i]:off[i + 1]], new_C[off[i]:off[i + 1]])
     _dual_full._commit(st, cols, new_rows, new_C, new_counts, np.ones((cols.size, 2, 2)),
                        np.ones(cols.size, dtype=np.int64), np.ones(cols.size), 7, threads=threads)
-    for j in range(n):
-        a, b = st.ptr[j], st.ptr[j + 1]
-        np.testing.assert_array_equal(st.C[a:b], expected[j][1])
-        np.testing.assert_array_equal(st.flat[a:b], expected[j][0] * K + labels[j])
+    _assert_lists(st, {j: (expected[j][0] * K + labels[j], expected[j][1]) for j in range(n)})
     assert (st.anchor_of[cols] == 7).all() and (np.delete(st.anchor_of, cols) == 0).all()
     assert st.flat.dtype == rows.dtype
     if cols.size:
         new_rows[:] = -1  # the state does not share the scan's arrays
-        assert (st.flat >= 0).all()
+        assert (_listed(st)[0] >= 0).all()
 
 
 @pytest.mark.parametrize("threads", [0, 2], ids=["numpy", "compiled"])
 def test_commits_in_a_row_keep_every_list(threads):
     """Twenty-five commits in a row (lists growing, shrinking, columns at both ends, none and all
     rescanned): after each, every column's list equals a reference kept column by column.  The
-    compiled commit merges in place from the second commit on, inside its buffers, whenever the
-    lists fit them; this checks the moves towards both ends and the growth past the room."""
+    compiled commit writes a list in its slot where it fits, else past the pool's end, and packs
+    the pool anew only when it runs out of room or the room between lists grows too large: this
+    checks all three, the pool's bookkeeping (slots disjoint, each holding its list) and that
+    most commits write in the pool they found."""
     from types import SimpleNamespace
 
     from budro.solvers import _dual_full
@@ -489,10 +515,9 @@ def test_commits_in_a_row_keep_every_list(threads):
     n, K = 200, 2
     labels = rng.integers(0, K, n)
     ref = {j: (np.array([j]), np.zeros(1)) for j in range(n)}
-    st = SimpleNamespace(n=n, K=K, labels=labels, ptr=np.arange(n + 1, dtype=np.int64),
-                         flat=(np.arange(n) * K + labels).astype(np.int32), C=np.zeros(n), X=np.zeros((n, 2, 2)),
-                         mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64))
-    in_place = 0
+    st = _plain_state(n, K, labels, np.arange(n + 1, dtype=np.int64), (np.arange(n) * K + labels).astype(np.int32),
+                      np.zeros(n))
+    in_place = tail = 0
     for step in range(25):
         kind = step % 5
         share = [0.02, 0.3, 1.0, 0.0, 0.6][kind]
@@ -506,33 +531,17 @@ def test_commits_in_a_row_keep_every_list(threads):
         off = np.concatenate(([0], np.cumsum(new_counts)))
         for i, j in enumerate(cols):
             ref[j] = (new_rows[off[i]:off[i + 1]].copy(), new_C[off[i]:off[i + 1]].copy())
-        before = getattr(st, "buffers", None)
+        before, end = st.flat, st.end
         _dual_full._commit(st, cols, new_rows, new_C, new_counts, np.ones((cols.size, 2, 2)),
                            np.ones(cols.size, dtype=np.int64), np.ones(cols.size), step, threads=threads)
-        in_place += before is not None and st.buffers is before
-        for j in range(n):
-            a, b = st.ptr[j], st.ptr[j + 1]
-            np.testing.assert_array_equal(st.flat[a:b], ref[j][0] * K + labels[j])
-            np.testing.assert_array_equal(st.C[a:b], ref[j][1])
+        in_place += st.flat is before
+        tail += st.flat is before and st.end > end
+        _assert_lists(st, {j: (ref[j][0] * K + labels[j], ref[j][1]) for j in range(n)})
         assert st.flat.dtype == np.int32
-    assert (in_place > 10) if threads else (getattr(st, "buffers", None) is None)
-
-
-@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
-@settings(max_examples=60, deadline=None)
-@given(length=st.integers(0, 700), d=st.integers(0, 900), s=st.integers(0, 900))
-def test_move_is_a_memmove(length, d, s):
-    """The in-place commit's move of a list within its array, in disjoint pieces for shifts of 64
-    and more and element by element below: what a copy through a temporary gives, for every
-    overlap (shifts of 0, 1, 63, 64, more than the length, both directions)."""
-    from budro.solvers import _full_numba
-
-    for dtype in (np.float64, np.int32):
-        a = np.arange(1600).astype(dtype)
-        expected = a.copy()
-        expected[d:d + length] = a[s:s + length].copy()
-        _full_numba._move(a, d, s, length)
-        np.testing.assert_array_equal(a, expected)
+    if threads:
+        assert in_place > 10 and tail > 0
+    else:  # numpy: packed arrays of the exact size after every commit
+        assert in_place == 0 and st.packed and st.end == st.flat.size == int((st.hi - st.lo).sum())
 
 
 @pytest.mark.parametrize("seed, integer, n_distinct", [(0, False, None), (1, True, 150), (2, True, None)])
@@ -680,11 +689,11 @@ def test_list_down_equals_numpy_on_any_chunking(nchunks, direct):
     expected = np.maximum.reduceat(Ra - losses_flat[flat], ptr[:-1])
     for cols in (np.arange(n), np.argsort(anchor_of, kind="stable"), rng.permutation(n)):  # any order of the columns
         out = np.full(n, np.nan)
-        _full_numba.list_down(ptr, flat, cols, anchor_of, table, losses_flat, out, nchunks, direct)
+        _full_numba.list_down(ptr[:-1], ptr[1:], flat, cols, anchor_of, table, losses_flat, out, nchunks, direct)
         np.testing.assert_array_equal(out, expected)
     some = np.sort(rng.choice(n, 9, replace=False))  # a subset: only its entries are written
     out = np.full(n, np.nan)
-    _full_numba.list_down(ptr, flat, some, anchor_of, table, losses_flat, out, nchunks, direct)
+    _full_numba.list_down(ptr[:-1], ptr[1:], flat, some, anchor_of, table, losses_flat, out, nchunks, direct)
     np.testing.assert_array_equal(out[some], expected[some])
     assert np.isnan(np.delete(out, some)).all()
 
@@ -700,8 +709,9 @@ def test_certificate_falls_kept_within_a_solve_equal_a_fresh_pass(monkeypatch):
 
     def checking(solver, st_, problem, point):
         out = certify(solver, st_, problem, point)
-        Ra = st_.anchor_losses[np.repeat(st_.anchor_of, np.diff(st_.ptr)), st_.flat]
-        fresh = np.maximum.reduceat(Ra - problem.losses.reshape(-1)[st_.flat], st_.ptr[:-1])
+        ptr, flat, _ = _dual_full._packed(st_)
+        Ra = st_.anchor_losses[np.repeat(st_.anchor_of, np.diff(ptr)), flat]
+        fresh = np.maximum.reduceat(Ra - problem.losses.reshape(-1)[flat], ptr[:-1])
         pruned = st_.mask != 0
         np.testing.assert_array_equal(st_.down[2][pruned], fresh[pruned])
         checked.append((st_.stamp, int(pruned.sum())))

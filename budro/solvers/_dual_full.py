@@ -51,7 +51,9 @@ largest loss under its label.  :meth:`~budro.solvers.base.Solver.solve` warns
 
 *Warm state.*  The lists, bounds and anchors live on the solver (``_full_state``), keyed by the
 cost object and the labels (rebuilt when either changes), never pickled.  The lists hold each pair's
-flat index (row * K + the column's label) and exact cost only; a pair's loss at its column's anchor
+flat index (row * K + the column's label) and exact cost only, in a pool: each column's list in a
+slot of its own, where a rescanned list is written if it fits, else past the pool's end, the
+lists packed anew only when the room runs out or the gaps grow large (:func:`_commit`); a pair's loss at its column's anchor
 is read from the anchor's copy of the losses (n x K, a row of ``anchor_losses``, indexed by the
 anchor's id; ids are reused), which also measures the drift.  At most ``_MAX_ANCHORS`` are kept
 (the columns of the oldest are rescanned with the next failing ones).  Rows are grouped for the
@@ -221,8 +223,14 @@ class _FullState:
     Zc: np.ndarray  # centred embedding, float32 (the scan's GEMM) or float64
     sqc: np.ndarray
     kappa: float  # error of a scanned cost: kappa * (sqc_max + sqc_j)
-    ptr: np.ndarray
-    flat: np.ndarray  # the listed pairs' flat indices row * K + the column's label (their rows: flat // K)
+    #: The lists live in a pool (``flat``, ``C``): column j's is ``flat[lo[j]:hi[j]]`` (the pairs'
+    #: flat indices row * K + the column's label) and ``C[lo[j]:hi[j]]`` (their exact costs), in a
+    #: slot of ``slot[j]`` entries from ``lo[j]``; the pool is used up to ``end``.  See _commit.
+    lo: np.ndarray
+    hi: np.ndarray
+    slot: np.ndarray
+    end: int
+    flat: np.ndarray
     C: np.ndarray
     anchor_of: np.ndarray
     mask: np.ndarray
@@ -245,9 +253,8 @@ class _FullState:
     losses_t: tuple | None = None
     #: The compiled scan's block of dot products, reused from block to block (or None).
     dots: np.ndarray | None = None
-    #: The arrays that flat and C are the leading parts of (a compiled commit's, with room to
-    #: grow: the next commit merges in place), or None.
-    buffers: tuple | None = None
+    #: Whether the lists are packed: in column order from the pool's start, no room between them.
+    packed: bool = True
     #: The certificate's per-column falls (stamp, losses, values) and the columns committed since
     #: they were computed (a bool mask).
     down: tuple | None = None
@@ -265,13 +272,17 @@ class _FullState:
         return self.sqc.size
 
     @property
-    def rows(self) -> np.ndarray:
-        """The listed pairs' rows (computed from ``flat``)."""
-        return self.flat // self.K
+    def lens(self) -> np.ndarray:
+        return self.hi - self.lo
+
+    @property
+    def live(self) -> int:
+        """The pairs on the lists."""
+        return int(self.lens.sum())
 
     @property
     def width(self) -> int:
-        return int(np.diff(self.ptr).max()) if self.ptr.size > 1 else 0
+        return int(self.lens.max()) if self.n else 0
 
 
 def _state(solver, problem: TransportProblem) -> _FullState:
@@ -295,7 +306,8 @@ def _state(solver, problem: TransportProblem) -> _FullState:
     flat = _flat(np.arange(n), labels, K).astype(index)
     st = _FullState(
         cost=cost, labels=labels.copy(), K=K, Zc=Zs, sqc=sqc, kappa=float(kappa),
-        ptr=np.arange(n + 1, dtype=np.int64), flat=flat, C=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64),
+        lo=np.arange(n, dtype=np.int64), hi=np.arange(1, n + 1, dtype=np.int64), slot=np.ones(n, dtype=np.int64),
+        end=n, flat=flat, C=np.zeros(n), anchor_of=np.zeros(n, dtype=np.int64),
         mask=np.zeros(n, dtype=np.int64), mu=np.zeros(n), X=np.empty((n, _GROUPS, _Q)),
     )
     st.gid = np.zeros(n, dtype=np.int8)
@@ -616,46 +628,32 @@ def _scan_block(solver, st, losses, cols, E, q_lo, q_hi, delta, mu, *, bounds: b
             np.concatenate((out_R, R2[:size2]))[by_col], counts, X, masks, mus)
 
 
+#: Room a compiled commit leaves in the pool when it packs the lists (a share of their pairs), and
+#: the room between lists (slots longer than their lists, slots left behind) it lets build up
+#: before packing them again.  Adult's exact-full fit replayed: the pool packed every few rounds
+#: instead of every list moved at every commit (the lists after the first rescanned column: 28-44
+#: ms a round in rounds 15-90, 2026-11-27).
+_POOL_ROOM = 0.5
+_POOL_SLACK = 0.5
+
+
 def _commit(st: _FullState, cols, rows, C, counts, X, masks, mus, anchor_id, *, threads: int = 0) -> None:
     """Replace the lists of ``cols`` (sorted) by the scanned ones.
 
-    The kept columns' old entries stay in order between the replaced columns, so the new arrays
-    are the old runs and the scanned lists concatenated, piece by piece (contiguous copies: a
-    gather and scatter of every kept entry cost several times more at millions of pairs).
-    ``threads`` > 0: the same arrays by one compiled pass over the columns on that many threads
-    (``_full_numba.merge_lists``) instead of a concatenation of 2 len(cols) + 1 pieces per array."""
-    n = st.n
-    old_ptr = st.ptr
-    new_counts = np.diff(old_ptr)
-    new_counts[cols] = counts
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(new_counts, out=ptr[1:])
+    ``threads`` > 0 (compiled): a scanned list is written in its column's slot where it fits,
+    else past the pool's end (the column's slot moves there), on that many threads; only when
+    the pool has no room for them, or the room between lists would exceed ``_POOL_SLACK`` of the
+    pairs, are all lists packed into a new pool (``_full_numba.merge_lists``, in column order,
+    with ``_POOL_ROOM`` to grow).  A commit so writes the scanned pairs alone, not every list
+    (rescanned columns are spread over all columns, and packed lists would all move).
+    ``threads`` = 0: numpy's concatenation into packed arrays of the exact size."""
+    counts = np.asarray(counts, dtype=np.int64)
     if threads > 0:
-        from budro.solvers import _full_numba
-
-        replaced = np.full(n, -1, dtype=np.int64)
-        replaced[cols] = np.arange(len(cols))
-        off = np.zeros(len(cols) + 1, dtype=np.int64)
-        np.cumsum(counts, out=off[1:])
-        size = int(ptr[-1])
-        new = (np.ascontiguousarray(rows, dtype=np.int64), np.asarray(C, dtype=np.float64),
-               st.labels.astype(st.flat.dtype, copy=False), st.flat.dtype.type(st.K))
-        bufs = getattr(st, "buffers", None)  # the arrays the lists are views of, when _commit made them
-        if bufs is not None and bufs[0].size >= size:
-            # in place: freshly allocated lists cost a page fault per 4 KiB written (a third of
-            # the commit's time at Adult), and a second set of buffers would double their memory
-            _full_numba.merge_lists_in_place(old_ptr, ptr, replaced, off, *bufs, *new)
-        else:  # into new buffers with room for the lists to grow by a quarter
-            room = size + size // 4 + 1024
-            bufs = (np.empty(room, dtype=st.flat.dtype), np.empty(room))
-            with _sparse_kernels.parallel_threads(threads):
-                _full_numba.merge_lists(old_ptr, ptr, replaced, off, st.flat, st.C, *new, *bufs,
-                                        max(1, min(n, 4 * threads)))
-            st.buffers = bufs
-        st.ptr, (st.flat, st.C) = ptr, tuple(b[:size] for b in bufs)
+        _commit_pool(st, cols, rows, C, counts, threads)
     else:
-        st.ptr, (st.flat, st.C) = ptr, _concatenate_lists(st, cols, rows, C, counts, old_ptr)
-        st.buffers = None
+        ptr, flat, C_ = _concatenate_lists(st, cols, rows, C, counts)
+        st.lo, st.hi, st.slot = ptr[:-1].copy(), ptr[1:].copy(), np.diff(ptr)
+        st.flat, st.C, st.end, st.packed = flat, C_, int(ptr[-1]), True
     st.X[cols] = X
     st.mask[cols] = masks
     st.mu[cols] = mus
@@ -667,20 +665,81 @@ def _commit(st: _FullState, cols, rows, C, counts, X, masks, mus, anchor_id, *, 
             mask[cols] = True
 
 
-def _concatenate_lists(st: _FullState, cols, rows, C, counts, old_ptr) -> list:
-    """:func:`_commit`'s new (flat, C) by numpy: the old runs and the scanned lists concatenated,
-    piece by piece."""
+def _commit_pool(st: _FullState, cols, rows, C, counts, threads: int) -> None:
+    """:func:`_commit`'s compiled lists: in place, past the pool's end, or packed anew."""
+    from budro.solvers import _full_numba
+
     n = st.n
+    lens = st.hi - st.lo
+    live = int(lens.sum()) - int(lens[cols].sum()) + int(counts.sum())
+    grow = counts > st.slot[cols]
+    need = int(counts[grow].sum())
+    off = np.zeros(len(cols) + 1, dtype=np.int64)
+    np.cumsum(counts, out=off[1:])
+    new = (np.ascontiguousarray(rows, dtype=np.int64), np.asarray(C, dtype=np.float64),
+           st.labels.astype(st.flat.dtype, copy=False), st.flat.dtype.type(st.K))
+    end = st.end + need
+    if end <= st.flat.size and end - live <= _POOL_SLACK * live:
+        dest = st.lo[cols]  # (a copy: fancy indexing)
+        if need:
+            dest[grow] = st.end + np.concatenate(([0], np.cumsum(counts[grow])[:-1]))
+            st.slot[cols[grow]] = counts[grow]
+        with _sparse_kernels.parallel_threads(threads):
+            _full_numba.place_lists(np.asarray(cols, dtype=np.int64), dest, off, *new, st.flat, st.C,
+                                    max(1, min(len(cols), 4 * threads)))
+        st.packed = st.packed and need == 0 and np.array_equal(counts, lens[cols])
+        st.lo[cols] = dest
+        st.hi[cols] = dest + counts
+        st.end = end
+        return
+    new_lens = lens
+    new_lens[cols] = counts
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(new_lens, out=ptr[1:])
+    size = int(ptr[-1])
+    replaced = np.full(n, -1, dtype=np.int64)
+    replaced[cols] = np.arange(len(cols))
+    room = size + int(_POOL_ROOM * size) + 1024
+    pool = (np.empty(room, dtype=st.flat.dtype), np.empty(room))
+    with _sparse_kernels.parallel_threads(threads):
+        _full_numba.merge_lists(st.lo, st.hi, ptr, replaced, off, st.flat, st.C, *new, *pool,
+                                max(1, min(n, 4 * threads)))
+    st.flat, st.C = pool
+    st.lo, st.hi, st.slot, st.end, st.packed = ptr[:-1].copy(), ptr[1:].copy(), new_lens, size, True
+
+
+def _packed(st: _FullState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ptr, flat, C): the lists packed in column order (views of the pool where it is packed,
+    else a gather)."""
+    lens = st.hi - st.lo
+    ptr = np.zeros(st.n + 1, dtype=np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    if st.packed:
+        return ptr, st.flat[:ptr[-1]], st.C[:ptr[-1]]
+    take = np.repeat(st.lo - ptr[:-1], lens) + np.arange(int(ptr[-1]))
+    return ptr, st.flat[take], st.C[take]
+
+
+def _concatenate_lists(st: _FullState, cols, rows, C, counts) -> tuple:
+    """:func:`_commit`'s new (ptr, flat, C) by numpy: the old runs and the scanned lists
+    concatenated, piece by piece (contiguous copies: a gather and scatter of every kept entry
+    cost several times more at millions of pairs)."""
+    n = st.n
+    old_ptr, old_flat, old_C = _packed(st)
+    new_counts = np.diff(old_ptr)
+    new_counts[cols] = counts
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(new_counts, out=ptr[1:])
     # old runs of kept columns: before the first replaced column, between two, after the last
     run_lo = old_ptr[np.concatenate(([0], np.asarray(cols) + 1))]
     run_hi = old_ptr[np.concatenate((cols, [n]))]
     off = np.zeros(len(cols) + 1, dtype=np.int64)
     np.cumsum(counts, out=off[1:])
     scanned = ((np.asarray(rows, dtype=np.int64) * st.K
-                + np.repeat(st.labels[cols], counts).astype(np.int64)).astype(st.flat.dtype, copy=False),
+                + np.repeat(st.labels[cols], counts).astype(np.int64)).astype(old_flat.dtype, copy=False),
                np.asarray(C, dtype=np.float64))
-    out = []
-    for old, new in zip((st.flat, st.C), scanned):
+    out = [ptr]
+    for old, new in zip((old_flat, old_C), scanned):
         if len(cols) == n:  # every column rescanned: the scanned lists are the lists
             out.append(np.array(new, dtype=old.dtype))  # a copy: the scan's arrays are not ours
             continue
@@ -690,7 +749,7 @@ def _concatenate_lists(st: _FullState, cols, rows, C, counts, old_ptr) -> list:
             pieces.append(new[off[i]:off[i + 1]])
         pieces.append(old[run_lo[-1]:run_hi[-1]])
         out.append(np.concatenate(pieces).astype(old.dtype, copy=False))
-    return out
+    return tuple(out)
 
 
 class _Stop(Exception):
@@ -726,14 +785,14 @@ def _rescan(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray,
     width = int(max(16, min(cols.size, fits)))
     parts = []
     done = 0
-    pairs = int(st.ptr[-1])
+    pairs = st.live
     for start in range(0, cols.size, width):
         if budget.expired():
             budget.stopped = "max_seconds"
             break
         block = cols[start:start + width]
         out = _scan_block(solver, st, losses, block, E, q_lo, q_hi, delta, mu)
-        added = int(out[3].sum()) - int((st.ptr[block + 1] - st.ptr[block]).sum())
+        added = int(out[3].sum()) - int((st.hi[block] - st.lo[block]).sum())
         if budget.max_pairs is not None and pairs + added > budget.max_pairs:
             budget.stopped = "max_pairs"
             break
@@ -816,10 +875,10 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
         if cols.size:
             # gathers from the anchor's losses and this round's, pair by pair, where the columns'
             # pairs are fewer than a pass over each of their anchors' losses would read
-            pairs = int((st.ptr[cols + 1] - st.ptr[cols]).sum())
+            pairs = int((st.hi[cols] - st.lo[cols]).sum())
             direct = pairs < np.unique(st.anchor_of[cols]).size * losses_flat.size
             with _sparse_kernels.parallel_threads(use):
-                _full_numba.list_down(st.ptr, st.flat, cols, st.anchor_of, st.anchor_losses, losses_flat, down,
+                _full_numba.list_down(st.lo, st.hi, st.flat, cols, st.anchor_of, st.anchor_losses, losses_flat, down,
                                       max(1, min(cols.size, 4 * use)), direct)
         st.down = (st.stamp, losses, down)
         st.down_stale = np.zeros(n, dtype=bool)
@@ -832,8 +891,9 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
         with _sparse_kernels.parallel_threads(use):
             _full_numba.certify_bounds(float(eta), st.anchor_of, labels, E, top, up, st.X, st.mask, B, P)
         return _verdict(st, v, v_top, room, B, P, down, mu)
-    Ra = st.anchor_losses[np.repeat(st.anchor_of, np.diff(st.ptr)), st.flat]  # the pairs' anchor losses
-    down = np.maximum.reduceat(Ra - losses_flat[st.flat], st.ptr[:-1])
+    ptr, flat, _ = _packed(st)
+    Ra = st.anchor_losses[np.repeat(st.anchor_of, np.diff(ptr)), flat]  # the pairs' anchor losses
+    down = np.maximum.reduceat(Ra - losses_flat[flat], ptr[:-1])
     ids, starts = np.unique(st.anchor_of[order], return_index=True)
     ends = np.append(starts[1:], n)
     for a, s0, s1 in zip(ids, starts, ends):
@@ -933,23 +993,18 @@ def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndar
     K = problem.n_labels
     losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
     if cols is None:
-        n, ptr, C, flat, labels, width = st.n, st.ptr, st.C, st.flat, st.labels, st.width
-    else:
-        lo = st.ptr[cols]
-        lens = st.ptr[cols + 1] - lo
-        n = cols.size
-        ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lens, out=ptr[1:])
-        take = np.repeat(lo - ptr[:-1], lens) + np.arange(int(ptr[-1]))
-        C, flat, labels = st.C[take], st.flat[take], st.labels[cols]
-        width = int(lens.max()) if n else 0
+        n, lo, hi, labels = st.n, st.lo, st.hi, st.labels
+    else:  # the lists where they lie in the pool: no copy
+        n, lo, hi, labels = cols.size, st.lo[cols], st.hi[cols], st.labels[cols]
+    lens = hi - lo
+    width = int(lens.max()) if n else 0
     # A fresh workspace each time (its outputs are copied below): np.empty only maps pages, and
     # a kept one would stay resident wherever a round once wrote (the early rounds' nearly tied
     # losses write millions of candidates: ~0.5 GB kept for the rest of an Adult fit).
-    ws = _sparse_kernels.Workspace(n, max(int(ptr[-1]), 1))
+    ws = _sparse_kernels.Workspace(n, max(int(lens.sum()), 1))
     rows, lcols, R, Cc, _, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
-        labels, K, C, flat, losses_flat, tau, np.ones(n), threads=solver.kernel_threads, workspace=ws, ptr=ptr,
-        width=width)
+        labels, K, st.C, st.flat, losses_flat, tau, np.ones(n), threads=solver.kernel_threads, workspace=ws,
+        width=width, spans=(lo, hi))
     return _KernelOutput(losses=problem.losses, tau=tau, rows=rows.copy(), cols=lcols.copy(), R=R.copy(),
                          C=Cc.copy(), starts=starts.copy(), counts=ws.col_count[:n].copy(), edge_e=edge_e.copy(),
                          edge_dc=edge_dc.copy(), edge_counts=ws.edge_count[:n].copy(),
@@ -1026,8 +1081,9 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
         return _Candidates(rows=out.rows, cols=out.cols, starts=out.starts, R=out.R, C=out.C, breakpoint_eta=eta,
                            compiled=True)
     losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
-    cols = np.repeat(np.arange(n), np.diff(st.ptr))
-    rows, cols, R, C = _upper_hulls(st.rows, cols, losses_flat[st.flat], st.C, tau, n)
+    ptr, flat, C = _packed(st)
+    cols = np.repeat(np.arange(n), np.diff(ptr))
+    rows, cols, R, C = _upper_hulls(flat // st.K, cols, losses_flat[flat], C, tau, n)
     starts = np.searchsorted(cols, np.arange(n))
     cand = _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C)
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C,
@@ -1278,7 +1334,7 @@ def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> T
         rescanned_columns=int(st.scanned - scanned0),
         rescans=rescanned,
         failures=failures,  # per attempt: (columns failing the excluded bound, the hull margin)
-        list_pairs=int(st.ptr[-1]),
+        list_pairs=st.live,
         candidate_pairs=int(cand.rows.size),
         full_passes=(st.scanned - scanned0) / n,
         cold_eta=cold_eta,
@@ -1304,9 +1360,10 @@ def _evaluate(solver, problem: TransportProblem, eta: float) -> _DualPoint:
     attempts = 0
     while True:
         n = problem.n
-        cols = np.repeat(np.arange(n), np.diff(st.ptr))
-        cand = _Candidates(rows=st.rows, cols=cols, starts=st.ptr[:-1].copy(),
-                           R=problem.losses.reshape(-1)[st.flat], C=st.C, compiled=compiled(solver))
+        ptr, flat, C = _packed(st)
+        cols = np.repeat(np.arange(n), np.diff(ptr))
+        cand = _Candidates(rows=flat // st.K, cols=cols, starts=ptr[:-1].copy(),
+                           R=problem.losses.reshape(-1)[flat], C=C, compiled=compiled(solver))
         point = _dual_plan.evaluate_candidates(solver, problem, cand, float(eta))
         ok, _ = _certify(solver, st, problem, point)
         failing = np.flatnonzero(~ok)

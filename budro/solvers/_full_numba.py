@@ -584,9 +584,9 @@ def certify_bounds(eta, anchor_of, labels, E, top, up, X, mask, B, P):  # pragma
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def list_down(ptr, flat, cols, anchor_of, anchor_losses, losses_flat, out, nchunks, direct):
+def list_down(lo, hi, flat, cols, anchor_of, anchor_losses, losses_flat, out, nchunks, direct):
     """Per column j of ``cols``, ``out[j]`` = the largest fall of a listed pair's loss since the
-    column's anchor: ``max (A[flat] - losses_flat[flat])`` over its list, ``A =
+    column's anchor: ``max (A[flat] - losses_flat[flat])`` over its list ``flat[lo[j]:hi[j]]``, ``A =
     anchor_losses[anchor_of[j]]``.  The columns are taken in the order ``cols`` (best the order
     of their anchors), in ``nchunks`` chunks of it, one task each (every column's value is its
     own); a task computes ``A - losses_flat`` once for each anchor it meets and gathers from that
@@ -602,7 +602,7 @@ def list_down(ptr, flat, cols, anchor_of, anchor_losses, losses_flat, out, nchun
             if direct:
                 A = anchor_losses[a]
                 m = -np.inf
-                for r in range(ptr[j], ptr[j + 1]):
+                for r in range(lo[j], hi[j]):
                     f = flat[r]
                     m = fmax(m, A[f] - losses_flat[f])
                 out[j] = m
@@ -612,7 +612,7 @@ def list_down(ptr, flat, cols, anchor_of, anchor_losses, losses_flat, out, nchun
                 for f in range(fall.size):
                     fall[f] = A[f] - losses_flat[f]
                 current = a
-            fj = flat[ptr[j]:ptr[j + 1]]  # slices from 0 and fmax: vectorised (gathers)
+            fj = flat[lo[j]:hi[j]]  # slices from 0 and fmax: vectorised (gathers)
             m = -np.inf
             for r in range(fj.size):
                 m = fmax(m, fall[fj[r]])
@@ -668,89 +668,43 @@ def group_rises(losses, ids, gids, anchor_losses, out):  # pragma: no cover - co
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _put_scanned(j, i, new_ptr, off, new_rows, new_C, labels, K, flat, C):
-    """Column j's scanned list (the i-th of ``new_*``, from ``off[i]``) written at ``new_ptr[j]``,
-    its flat indices made from its rows and label."""
-    dst = new_ptr[j]
+def _put_scanned(j, i, dst, off, new_rows, new_C, labels, K, flat, C):
+    """Column j's scanned list (the i-th of ``new_*``, from ``off[i]``) written from ``dst``, its
+    flat indices made from its rows and label."""
     src = off[i]
     lab = labels[j]
-    for x in range(new_ptr[j + 1] - dst):
+    for x in range(off[i + 1] - src):
         flat[dst + x] = new_rows[src + x] * K + lab
         C[dst + x] = new_C[src + x]
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def merge_lists(old_ptr, new_ptr, replaced, off, old_flat, old_C, new_rows, new_C, labels, K, out_flat, out_C,
+def merge_lists(old_lo, old_hi, new_ptr, replaced, off, old_flat, old_C, new_rows, new_C, labels, K, out_flat, out_C,
                 nchunks):
-    """The lists after a rescan (:func:`budro.solvers._dual_full._commit`), in one pass: column j
-    takes the scanned list ``new_*[off[replaced[j]]:]`` where ``replaced[j] >= 0``, else its old
-    list; both are written at ``new_ptr[j]``."""
-    n = old_ptr.size - 1
+    """The lists after a rescan (:func:`budro.solvers._dual_full._commit`) packed in column order,
+    in one pass: column j takes the scanned list ``new_*[off[replaced[j]]:]`` where
+    ``replaced[j] >= 0``, else its old list ``old_*[old_lo[j]:old_hi[j]]``; both are written at
+    ``new_ptr[j]``."""
+    n = old_lo.size
     for ch in numba.prange(nchunks):
         for j in range(ch * n // nchunks, (ch + 1) * n // nchunks):
             i = replaced[j]
             if i >= 0:
-                _put_scanned(j, i, new_ptr, off, new_rows, new_C, labels, K, out_flat, out_C)
+                _put_scanned(j, i, new_ptr[j], off, new_rows, new_C, labels, K, out_flat, out_C)
             else:
                 dst = new_ptr[j]
-                src = old_ptr[j]
-                for x in range(new_ptr[j + 1] - dst):
+                src = old_lo[j]
+                for x in range(old_hi[j] - src):
                     out_flat[dst + x] = old_flat[src + x]
                     out_C[dst + x] = old_C[src + x]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _move(a, d, s, length):
-    """``a[d:d + length] = a[s:s + length]`` for overlapping ranges (memmove): in pieces of at
-    most ``|d - s|`` entries, each a copy between disjoint ranges (vectorised), taken from the
-    end the data moves towards; element by element where the shift is small."""
-    if d == s or length == 0:
-        return
-    step = d - s if d > s else s - d
-    if step < 64:
-        if d < s:
-            for x in range(length):
-                a[d + x] = a[s + x]
-        else:
-            for x in range(length - 1, -1, -1):
-                a[d + x] = a[s + x]
-        return
-    if d < s:
-        x = 0
-        while x < length:
-            c = min(step, length - x)
-            a[d + x:d + x + c] = a[s + x:s + x + c]
-            x += c
-    else:
-        x = length
-        while x > 0:
-            c = min(step, x)
-            a[d + x - c:d + x] = a[s + x - c:s + x]
-            x -= c
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _move_list(j, old_ptr, new_ptr, flat, C):
-    """Column j's kept list moved from ``old_ptr[j]`` to ``new_ptr[j]`` in both arrays."""
-    d, s, length = new_ptr[j], old_ptr[j], old_ptr[j + 1] - old_ptr[j]
-    _move(flat, d, s, length)
-    _move(C, d, s, length)
-
-
-@numba.njit(cache=True, nogil=True)
-def merge_lists_in_place(old_ptr, new_ptr, replaced, off, flat, C, new_rows, new_C, labels, K):
-    """:func:`merge_lists` inside the arrays themselves (their length at least ``new_ptr[-1]``):
-    no new memory, so no page to fault in.  The kept columns' lists that move towards the start
-    are moved first, in increasing column order, then those that move towards the end, in
-    decreasing order, then the scanned lists are written: in the new layout the columns' ranges
-    are disjoint and in column order, so no move overwrites a list that has yet to move."""
-    n = old_ptr.size - 1
-    for j in range(n):
-        if replaced[j] < 0 and new_ptr[j] < old_ptr[j]:
-            _move_list(j, old_ptr, new_ptr, flat, C)
-    for j in range(n - 1, -1, -1):
-        if replaced[j] < 0 and new_ptr[j] > old_ptr[j]:
-            _move_list(j, old_ptr, new_ptr, flat, C)
-    for j in range(n):
-        if replaced[j] >= 0:
-            _put_scanned(j, replaced[j], new_ptr, off, new_rows, new_C, labels, K, flat, C)
+@numba.njit(cache=True, nogil=True, parallel=True)
+def place_lists(cols, dest, off, new_rows, new_C, labels, K, flat, C, nchunks):
+    """The scanned lists written where the commit put them: the i-th (``new_*[off[i]:off[i + 1]]``,
+    column ``cols[i]``) from ``dest[i]`` (disjoint ranges: in place of the column's old list, or
+    past the pool's end)."""
+    m = cols.size
+    for ch in numba.prange(nchunks):
+        for i in range(ch * m // nchunks, (ch + 1) * m // nchunks):
+            _put_scanned(cols[i], i, dest[i], off, new_rows, new_C, labels, K, flat, C)

@@ -188,12 +188,15 @@ def uniform_ptr(n: int, m: int) -> np.ndarray:
 
 def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray,
                       tau: float, weights: np.ndarray, threads: int | None = 1, workspace: Workspace | None = None,
-                      ptr: np.ndarray | None = None, width: int | None = None):
+                      ptr: np.ndarray | None = None, width: int | None = None,
+                      spans: tuple[np.ndarray, np.ndarray] | None = None):
     """Run the candidate kernel on lists in increasing cost per column.
 
     ``flat[j, r] = row * K + labels[j]`` indexes ``losses_flat``; ``weights`` are the columns'
     multiplicities (ones for a plain problem).  Lists of any lengths are given flattened, with
-    ``ptr`` (column j is ``flat[ptr[j]:ptr[j + 1]]``, ``C`` likewise) and ``width`` (the longest).
+    ``ptr`` (column j is ``flat[ptr[j]:ptr[j + 1]]``, ``C`` likewise) or ``spans = (lo, hi)``
+    (column j is ``flat[lo[j]:hi[j]]``: lists anywhere in the arrays, in any order, with room
+    between them), and ``width`` (the longest).
     Returns ``(rows, cols, R, C, n_dominance, edges_e, edges_dc, last_cost, starts)``: the
     candidate pairs grouped by column in increasing cost, the number kept by dominance, the exact
     hulls' edges (cost drops times the weights), each column's largest hull cost and where each
@@ -201,13 +204,21 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     the number of columns).
     """
     kern = _kernels()
-    if ptr is None:
-        n, m = flat.shape
-        ptr, width = uniform_ptr(n, m), m
-        flat, C = flat.reshape(-1), C.reshape(-1)
-    n = ptr.size - 1
-    ws = workspace if workspace is not None else Workspace(n, max(int(ptr[-1]), 1))
-    args = (int(K), labels, ptr, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R,
+    if spans is not None:
+        lo, hi = spans
+        n = lo.size
+        ends = np.cumsum(hi - lo)  # each column's list entries up to its own, in column order
+    else:
+        if ptr is None:
+            n, m = flat.shape
+            ptr, width = uniform_ptr(n, m), m
+            flat, C = flat.reshape(-1), C.reshape(-1)
+        n = ptr.size - 1
+        lo, hi = ptr[:-1], ptr[1:]
+        ends = ptr[1:] - ptr[0]
+    total = int(ends[-1]) if n else 0
+    ws = workspace if workspace is not None else Workspace(n, max(total, 1))
+    args = (int(K), labels, lo, hi, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R,
             ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, ws.edge_count, int(width))
     use = kernel_threads(threads, n)
     if use == 1 or n < 256:
@@ -221,12 +232,12 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     # 10^6 points, 8 chunks 193-200 ms for the call, 2 chunks 176-187 ms, the same outputs)
     chunks = max(1, min(n, use))
     bounds = np.linspace(0, n, chunks + 1).round().astype(np.int64)
+    first = np.concatenate(([0], ends[bounds[1:-1] - 1])).astype(np.int64)  # entries before each chunk
     counts = np.zeros((chunks, 3), dtype=np.int64)
     with parallel_threads(use):
-        kern.candidates(bounds, *args, counts)
+        kern.candidates(bounds, first, *args, counts)
     starts = ws.starts
     np.cumsum(ws.col_count[:-1], out=starts[1:])
-    first = ptr[bounds[:-1]]
     # Each chunk's output moved down to follow the one before, in the workspace itself (the
     # outputs are views of it, as on one thread): new arrays of millions of pairs cost their page
     # faults on every call (10^6 points: 5.5 million pairs and 4.5 million edges a round).

@@ -17,13 +17,14 @@ def _below(ca, ra, cb, rb, cc, rc, tau):
 
 
 @numba.njit(cache=True, nogil=True)
-def _columns(j0, j1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
+def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
              edge_dc, last_cost, col_count, edge_count, out0, edge0, width):
     """Columns j0 <= j < j1; their pairs go to the outputs from ``out0``, their edges from
     ``edge0``.  Returns (pairs written, pairs kept by dominance, edges written).
 
-    Column j's list is ``flat[ptr[j]:ptr[j + 1]]`` / ``C[ptr[j]:ptr[j + 1]]`` (one-dimensional:
-    equal-length lists have ``ptr[j] = j m``, pruned lists any lengths up to ``width``).
+    Column j's list is ``flat[lo[j]:hi[j]]`` / ``C[lo[j]:hi[j]]`` (one-dimensional, lists of any
+    lengths up to ``width`` anywhere in the arrays: equal-length lists have ``lo[j] = j m``, the
+    full path's lists lie in a pool with room between them).
     The row of list entry r of column j is ``(flat[r] - labels[j]) // K`` (no separate
     array of rows to stream through: memory traffic is what this kernel spends its time on).
     One pass over each list: dominance (branch-free: every entry is written, the count only
@@ -54,13 +55,13 @@ def _columns(j0, j1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_row
     for j in range(j0, j1):
         # 1. dominance in increasing cost: keep r iff R_r + tau >= max(R_0 .. R_{r-1}) (the first
         #    entry always; lists are never empty)
-        p0 = ptr[j]
+        p0 = lo[j]
         v = losses_flat[np.uint64(flat[np.uint64(p0)])]
         kpos[0] = p0
         kval[0] = v
         best = v
         nk = 1
-        for r in range(p0 + 1, ptr[j + 1]):
+        for r in range(p0 + 1, hi[j]):
             # unsigned indices: no negative-index wraparound on the hot loads (5-10 % at Adult)
             v = losses_flat[np.uint64(flat[np.uint64(r)])]
             kpos[nk] = r
@@ -128,24 +129,24 @@ def _columns(j0, j1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_row
 
 
 @numba.njit(cache=True, nogil=True)
-def candidates_serial(K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
+def candidates_serial(K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
                       edge_dc, last_cost, col_count, edge_count, width):
     """All columns on the calling thread, written contiguously from the start of the outputs."""
-    return _columns(0, ptr.size - 1, K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R,
+    return _columns(0, lo.size, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R,
                     out_C, edge_e, edge_dc, last_cost, col_count, edge_count, 0, 0, width)
 
 
 @numba.njit(cache=True, parallel=True)
-def candidates(bounds, K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
-               edge_dc, last_cost, col_count, edge_count, width, counts):
+def candidates(bounds, at, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C,
+               edge_e, edge_dc, last_cost, col_count, edge_count, width, counts):
     """The columns in chunks ``bounds[c] <= j < bounds[c + 1]``, one chunk per task; chunk c
-    writes its pairs from ``ptr[bounds[c]]`` and its edges from ``ptr[bounds[c]] - bounds[c]``
-    (a list of length l has at most l - 1 edges)."""
+    writes its pairs from ``at[c]`` (the lists' entries before its first column) and its edges
+    from ``at[c] - bounds[c]`` (a list of length l has at most l - 1 edges)."""
     for c in numba.prange(bounds.size - 1):
         j0 = bounds[c]
-        a, b, d = _columns(j0, bounds[c + 1], K, labels, ptr, C, flat, losses_flat, tau, weights, out_rows,
-                           out_cols, out_R, out_C, edge_e, edge_dc, last_cost, col_count, edge_count, ptr[j0],
-                           ptr[j0] - j0, width)
+        a, b, d = _columns(j0, bounds[c + 1], K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows,
+                           out_cols, out_R, out_C, edge_e, edge_dc, last_cost, col_count, edge_count, at[c],
+                           at[c] - j0, width)
         counts[c, 0] = a
         counts[c, 1] = b
         counts[c, 2] = d
