@@ -1011,35 +1011,41 @@ def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndar
                          last_cost=last_cost[:n].copy())
 
 
-def _splice_plan(old_counts: np.ndarray, new_counts: np.ndarray, cols: np.ndarray, counts: np.ndarray):
-    """Where per-column runs go when the runs of ``cols`` (``new_counts``, in the order of
-    ``cols``) replace theirs among ``old_counts`` (in column order): (the new layout's starts,
-    the old entries kept, their places, the new entries' places); one plan serves every array of
-    that layout (:func:`_splice`)."""
+def _splice_output(solver, last: _KernelOutput, part: _KernelOutput, cols: np.ndarray) -> _KernelOutput:
+    """``last`` with the runs of ``cols`` (pairs and hull edges) replaced by ``part``'s (columns in
+    the order of ``cols``): one compiled pass per array over the columns, on the kernel threads."""
+    from budro.solvers import _full_numba
+
+    n = last.counts.size
+    replaced = np.full(n, -1, dtype=np.int64)
+    replaced[cols] = np.arange(cols.size)
+    counts, edge_counts, last_cost = last.counts.copy(), last.edge_counts.copy(), last.last_cost.copy()
+    counts[cols], edge_counts[cols], last_cost[cols] = part.counts, part.edge_counts, part.last_cost
+    starts, edge_starts = _starts(counts), _starts(edge_counts)
+    use = _sparse_kernels.kernel_threads(solver.kernel_threads, n)
+    chunks = max(1, min(n, 4 * use))
+    runs = {"pairs": (last.starts, last.counts, part.starts, part.counts, starts),
+            "edges": (_starts(last.edge_counts), last.edge_counts, _starts(part.edge_counts), part.edge_counts,
+                      edge_starts)}
+    out = {}
+    with _sparse_kernels.parallel_threads(use):
+        for name, kind in (("rows", "pairs"), ("R", "pairs"), ("C", "pairs"), ("edge_e", "edges"), ("edge_dc", "edges")):
+            o_st, o_ct, p_st, p_ct, out_st = runs[kind]
+            old = getattr(last, name)
+            size = int(counts.sum()) if kind == "pairs" else int(edge_counts.sum())
+            out[name] = np.empty(size, dtype=old.dtype)
+            _full_numba.splice_runs(old, o_st, o_ct, getattr(part, name), p_st, p_ct, replaced, out_st, out[name],
+                                    chunks)
+    return _KernelOutput(losses=last.losses, tau=last.tau, cols=np.repeat(np.arange(n), counts),
+                         starts=starts.astype(np.intp, copy=False), counts=counts, edge_counts=edge_counts,
+                         last_cost=last_cost, **out)
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    """Where each run starts when runs of ``counts`` follow each other from 0."""
     starts = np.zeros(counts.size, dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
-    keep = np.ones(old_counts.size, dtype=bool)
-    keep[cols] = False
-    old_starts = np.zeros(old_counts.size, dtype=np.int64)
-    np.cumsum(old_counts[:-1], out=old_starts[1:])
-    kept = np.repeat(keep, old_counts)
-    col_of = np.repeat(np.arange(old_counts.size), old_counts)[kept]
-    old_dest = starts[col_of] + (np.flatnonzero(kept) - old_starts[col_of])
-    new_starts = np.zeros(cols.size, dtype=np.int64)
-    np.cumsum(new_counts[:-1], out=new_starts[1:])
-    which = np.repeat(np.arange(cols.size), new_counts)
-    new_dest = starts[cols][which] + (np.arange(int(new_counts.sum())) - new_starts[which])
-    return starts, kept, old_dest, new_dest
-
-
-def _splice(old: np.ndarray, new: np.ndarray, plan) -> np.ndarray:
-    """``old``'s kept runs and ``new``'s runs scattered into the layout of ``plan``
-    (:func:`_splice_plan`), one pass each."""
-    _, kept, old_dest, new_dest = plan
-    out = np.empty(old_dest.size + new_dest.size, dtype=old.dtype)
-    out[old_dest] = old[kept]
-    out[new_dest] = new
-    return out
+    return starts
 
 
 def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidates:
@@ -1058,21 +1064,7 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
         if same_round and cols.size == 0:  # nothing rescanned since (a budget stopped it): the same output
             out = last
         elif same_round and cols.size <= _SPLICE_SHARE * n:
-            part = _run_kernel(solver, st, problem, cols, tau)
-            counts = last.counts.copy()
-            counts[cols] = part.counts
-            pairs = _splice_plan(last.counts, part.counts, cols, counts)
-            edge_counts = last.edge_counts.copy()
-            edge_counts[cols] = part.edge_counts
-            edges = _splice_plan(last.edge_counts, part.edge_counts, cols, edge_counts)
-            last_cost = last.last_cost.copy()
-            last_cost[cols] = part.last_cost
-            out = _KernelOutput(
-                losses=problem.losses, tau=tau, rows=_splice(last.rows, part.rows, pairs),
-                cols=np.repeat(np.arange(n), counts), R=_splice(last.R, part.R, pairs),
-                C=_splice(last.C, part.C, pairs), starts=pairs[0].astype(np.intp), counts=counts,
-                edge_e=_splice(last.edge_e, part.edge_e, edges), edge_dc=_splice(last.edge_dc, part.edge_dc, edges),
-                edge_counts=edge_counts, last_cost=last_cost)
+            out = _splice_output(solver, last, _run_kernel(solver, st, problem, cols, tau), cols)
         else:
             out = _run_kernel(solver, st, problem, None, tau)
         st.kernel_output = out

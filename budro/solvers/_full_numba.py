@@ -708,3 +708,23 @@ def place_lists(cols, dest, off, new_rows, new_C, labels, K, flat, C, nchunks):
     for ch in numba.prange(nchunks):
         for i in range(ch * m // nchunks, (ch + 1) * m // nchunks):
             _put_scanned(cols[i], i, dest[i], off, new_rows, new_C, labels, K, flat, C)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def splice_runs(old, old_starts, old_counts, new, new_starts, new_counts, replaced, out_starts, out, nchunks):
+    """Per-column runs spliced (``budro.solvers._dual_full._splice_output``): column j's run, from
+    ``new`` where ``replaced[j] >= 0`` (the ``replaced[j]``-th run there) else from ``old``,
+    written at ``out_starts[j]``; columns in ``nchunks`` chunks, one task each."""
+    n = old_counts.size
+    for ch in numba.prange(nchunks):
+        for j in range(ch * n // nchunks, (ch + 1) * n // nchunks):
+            i = replaced[j]
+            d = out_starts[j]
+            if i >= 0:
+                s = new_starts[i]
+                for x in range(new_counts[i]):
+                    out[d + x] = new[s + x]
+            else:
+                s = old_starts[j]
+                for x in range(old_counts[j]):
+                    out[d + x] = old[s + x]
