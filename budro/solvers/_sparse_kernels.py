@@ -215,8 +215,8 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
             flat, C = flat.reshape(-1), C.reshape(-1)
         n = ptr.size - 1
         lo, hi = ptr[:-1], ptr[1:]
-        ends = ptr[1:] - ptr[0]
-    total = int(ends[-1]) if n else 0
+        ends = None  # ptr[1:] - ptr[0], read at the chunks' bounds only
+    total = (int(ends[-1]) if ends is not None else int(ptr[-1] - ptr[0])) if n else 0
     ws = workspace if workspace is not None else Workspace(n, max(total, 1))
     args = (int(K), labels, lo, hi, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R,
             ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, ws.edge_count, int(width))
@@ -232,7 +232,8 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     # 10^6 points, 8 chunks 193-200 ms for the call, 2 chunks 176-187 ms, the same outputs)
     chunks = max(1, min(n, use))
     bounds = np.linspace(0, n, chunks + 1).round().astype(np.int64)
-    first = np.concatenate(([0], ends[bounds[1:-1] - 1])).astype(np.int64)  # entries before each chunk
+    # the list entries before each chunk
+    first = ptr[bounds[:-1]] - ptr[0] if ends is None else np.concatenate(([0], ends[bounds[1:-1] - 1])).astype(np.int64)
     counts = np.zeros((chunks, 3), dtype=np.int64)
     with parallel_threads(use):
         kern.candidates(bounds, first, *args, counts)
