@@ -1024,15 +1024,15 @@ def _splice_output(solver, last: _KernelOutput, part: _KernelOutput, cols: np.nd
     starts, edge_starts = _starts(counts), _starts(edge_counts)
     use = _sparse_kernels.kernel_threads(solver.kernel_threads, n)
     chunks = max(1, min(n, 4 * use))
-    runs = {"pairs": (last.starts, last.counts, part.starts, part.counts, starts),
-            "edges": (_starts(last.edge_counts), last.edge_counts, _starts(part.edge_counts), part.edge_counts,
-                      edge_starts)}
+    # (the runs' starts and counts in last, in part, the new starts, the new total) of each layout
+    pairs = (last.starts, last.counts, part.starts, part.counts, starts, int(counts.sum()))
+    edges = (_starts(last.edge_counts), last.edge_counts, _starts(part.edge_counts), part.edge_counts, edge_starts,
+             int(edge_counts.sum()))
     out = {}
     with _sparse_kernels.parallel_threads(use):
-        for name, kind in (("rows", "pairs"), ("R", "pairs"), ("C", "pairs"), ("edge_e", "edges"), ("edge_dc", "edges")):
-            o_st, o_ct, p_st, p_ct, out_st = runs[kind]
+        for name, layout in (("rows", pairs), ("R", pairs), ("C", pairs), ("edge_e", edges), ("edge_dc", edges)):
+            o_st, o_ct, p_st, p_ct, out_st, size = layout
             old = getattr(last, name)
-            size = int(counts.sum()) if kind == "pairs" else int(edge_counts.sum())
             out[name] = np.empty(size, dtype=old.dtype)
             _full_numba.splice_runs(old, o_st, o_ct, getattr(part, name), p_st, p_ct, replaced, out_st, out[name],
                                     chunks)
