@@ -53,10 +53,11 @@ largest loss under its label.  :meth:`~budro.solvers.base.Solver.solve` warns
 cost object and the labels (rebuilt when either changes), never pickled.  The lists hold each pair's
 flat index (row * K + the column's label) and exact cost only, in a pool: each column's list in a
 slot of its own, where a rescanned list is written if it fits, else past the pool's end, the
-lists packed anew only when the room runs out or the gaps grow large (:func:`_commit`); a pair's loss at its column's anchor
-is read from the anchor's copy of the losses (n x K, a row of ``anchor_losses``, indexed by the
-anchor's id; ids are reused), which also measures the drift.  At most ``_MAX_ANCHORS`` are kept
-(the columns of the oldest are rescanned with the next failing ones).  Rows are grouped for the
+lists packed anew only when the room runs out or the gaps grow large (:func:`_commit`); a pair's
+loss at its column's anchor is read from the anchor's copy of the losses (n x K, a row of
+``anchor_losses``, indexed by the anchor's id; ids are reused), which also measures the drift.
+At most ``_MAX_ANCHORS`` are kept (the columns of the oldest are rescanned with the next failing
+ones).  Rows are grouped for the
 bounds by the level of their losses (:func:`_level_groups`: _GROUPS quantiles of
 ``L[:, 0] - L[:, -1]``, made anew every _REGROUP_ROUNDS rounds; an anchor keeps the grouping it
 was scanned with; for two labels a monotone function of the model's margin): the left-out

@@ -233,7 +233,10 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     chunks = max(1, min(n, use))
     bounds = np.linspace(0, n, chunks + 1).round().astype(np.int64)
     # the list entries before each chunk
-    first = ptr[bounds[:-1]] - ptr[0] if ends is None else np.concatenate(([0], ends[bounds[1:-1] - 1])).astype(np.int64)
+    if ends is None:
+        first = ptr[bounds[:-1]] - ptr[0]
+    else:
+        first = np.concatenate(([0], ends[bounds[1:-1] - 1])).astype(np.int64)
     counts = np.zeros((chunks, 3), dtype=np.int64)
     with parallel_threads(use):
         kern.candidates(bounds, first, *args, counts)
