@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 from budro.exceptions import ModelFileError, ValidationError
 
-__all__ = ["MANIFEST", "atomic_writer", "write_archive", "read_archive", "sha256", "check_member_name"]
+__all__ = ["MANIFEST", "atomic_writer", "write_atomic", "save_figure", "write_archive", "read_archive", "sha256",
+           "check_member_name"]
 
 #: Name of the manifest member.
 MANIFEST = "manifest.json"
@@ -93,6 +94,23 @@ def atomic_writer(path: str | os.PathLike) -> Iterator[io.BufferedWriter]:
             os.unlink(tmp)
         raise
     _fsync_folder(folder)
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through :func:`atomic_writer`: an interrupted or failed write
+    leaves the file that was there before (or none), never part of the new one."""
+    with atomic_writer(path) as fh:
+        fh.write(data)
+    return Path(path)
+
+
+def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int) -> Path:
+    """A matplotlib figure saved to ``path`` through :func:`atomic_writer`, in the format its
+    suffix names (PNG without one)."""
+    path = Path(path)
+    with atomic_writer(path) as fh:
+        fig.savefig(fh, dpi=dpi, format=path.suffix[1:].lower() or "png")
+    return path
 
 
 def _fsync_folder(folder: Path) -> None:

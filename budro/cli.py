@@ -144,10 +144,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                    max_samples=args.max_samples or None, n_bootstrap=args.bootstrap, **builtin)
     print(report.table())
     if args.output:
-        from budro._archive import atomic_writer
+        from budro.experiment import write_text
 
-        with atomic_writer(args.output) as fh:  # an interrupted write leaves the old report, never half of one
-            fh.write((json.dumps(report.to_dict(), indent=2) + "\n").encode("utf-8"))
+        write_text(args.output, json.dumps(report.to_dict(), indent=2) + "\n")  # atomic: never half a report
         print(f"\nreport written to {args.output}")
     return 0
 

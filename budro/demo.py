@@ -113,11 +113,9 @@ def _plot(path: Path, X, y, plain_backend, fair, rows) -> Path:
                              arrowprops={"arrowstyle": "->", "color": "0.15", "lw": 0.8, "alpha": 0.8})
     fig.suptitle("BuDRO on the paper's synthetic example (arrows: last round's transport plan)")
     fig.tight_layout()
-    from budro._archive import atomic_writer
+    from budro._archive import save_figure
 
     try:
-        with atomic_writer(path) as fh:  # atomic, like every file budro writes
-            fig.savefig(fh, dpi=110, format=path.suffix[1:].lower() or "png")
+        return save_figure(fig, path, dpi=110)  # atomic, like every file budro writes
     finally:
         plt.close(fig)
-    return path

@@ -618,14 +618,11 @@ def _write_unit(path: Path, stamp: Mapping[str, Any], unit: Unit, row: Mapping[s
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8, newlines as given) to ``path`` atomically
-    (:func:`budro._archive.atomic_writer`); an interruption leaves the old file (or none), never
+    (:func:`budro._archive.write_atomic`); an interruption leaves the old file (or none), never
     half a file."""
-    from budro._archive import atomic_writer
+    from budro._archive import write_atomic
 
-    path = Path(path)
-    with atomic_writer(path) as fh:
-        fh.write(text.encode("utf-8"))
-    return path
+    return write_atomic(path, text.encode("utf-8"))
 
 
 # ---------------------------------------------------------------------------------- summaries
@@ -836,15 +833,12 @@ def plot_tradeoff(summary: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     if title:
         fig.suptitle(f"{title}: accuracy vs fairness")
     fig.tight_layout()
-    from budro._archive import atomic_writer
+    from budro._archive import save_figure
 
-    path = Path(path)
     try:
-        with atomic_writer(path) as fh:  # atomic, like every result file
-            fig.savefig(fh, dpi=120, format=path.suffix[1:].lower() or "png")
+        return save_figure(fig, path, dpi=120)  # atomic, like every result file
     finally:
         plt.close(fig)
-    return path
 
 
 # ---------------------------------------------------------------------------------- CLI helpers

@@ -425,16 +425,6 @@ def check_weights(weights: Any, shape: tuple[int, int]) -> np.ndarray:
     return P
 
 
-def write_model_file(path: Any, data: bytes) -> None:
-    """Write a native model file atomically (:func:`budro._archive.atomic_writer`: a temporary
-    file in the same folder, fsynced, then moved over ``path``): an interrupted or failed save
-    leaves the file that was there before, never a partial model."""
-    from budro._archive import atomic_writer
-
-    with atomic_writer(path) as fh:
-        fh.write(data)
-
-
 def check_native_load_args(n_classes: Any, n_features: Any, categorical_features: Any) -> tuple[int, int, tuple[int, ...]]:
     """Check the description that comes with a model's bytes (:meth:`Backend.load_native_bytes`)."""
     if isinstance(n_classes, bool) or not isinstance(n_classes, numbers.Integral) or n_classes < 2:

@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
+from budro._archive import write_atomic
 from budro.backends._common import (
     BuiltinBackend,
     Number,
@@ -87,7 +88,6 @@ from budro.backends._common import (
     check_training_data,
     check_weights,
     probe_data,
-    write_model_file,
 )
 from budro.backends.base import native_sample_weights
 from budro.exceptions import ConfigError, ValidationError
@@ -501,7 +501,7 @@ class CatBoostBackend(BuiltinBackend):
         formats = {".cbm": "cbm", ".json": "json"}
         if suffix not in formats:
             raise ValidationError(f"save_model: path must end in .cbm or .json (CatBoost's formats); got {path!r}")
-        write_model_file(path, self._model_bytes(formats[suffix]))
+        write_atomic(path, self._model_bytes(formats[suffix]))
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
                    *, random_state: int | None = None, sample_weight: np.ndarray | None = None,

@@ -64,6 +64,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy.special import expit
 
+from budro._archive import write_atomic
 from budro.backends._common import (
     BuiltinBackend,
     Number,
@@ -74,7 +75,6 @@ from budro.backends._common import (
     check_training_data,
     check_weights,
     probe_data,
-    write_model_file,
 )
 from budro.backends.base import native_sample_weights
 from budro.exceptions import BudroError, ValidationError
@@ -519,7 +519,7 @@ class LightGBMBackend(BuiltinBackend):
         ``binary``/``multiclass`` objective: ``lightgbm.Booster(model_file=path)`` loads it; its ``predict`` gives the
         probabilities and ``predict(raw_score=True)`` the margins of this backend."""
         self._require_model("save_model")
-        write_model_file(os.fspath(path), self._model_string().encode("utf-8"))
+        write_atomic(os.fspath(path), self._model_string().encode("utf-8"))
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
                    *, random_state: int | None = None, sample_weight: np.ndarray | None = None,

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from budro._archive import write_atomic
 from budro.backends._common import (
     BuiltinBackend,
     Number,
@@ -41,7 +42,6 @@ from budro.backends._common import (
     check_training_data,
     check_weights,
     probe_data,
-    write_model_file,
 )
 from budro.backends.base import native_sample_weights
 from budro.exceptions import ConfigError, ValidationError
@@ -401,7 +401,7 @@ class XGBoostBackend(BuiltinBackend):
         if not path.lower().endswith((".json", ".ubj")):
             raise ValidationError(f"save_model: path must end in .json or .ubj (XGBoost's formats); got {path!r}")
         # the bytes Booster.save_model would write, written atomically
-        write_model_file(path, bytes(self._booster.save_raw("ubj" if path.lower().endswith(".ubj") else "json")))
+        write_atomic(path, bytes(self._booster.save_raw("ubj" if path.lower().endswith(".ubj") else "json")))
 
     def fit_native(self, X: np.ndarray, y: np.ndarray, n_classes: int, n_rounds: int,
                    *, random_state: int | None = None, sample_weight: np.ndarray | None = None,
