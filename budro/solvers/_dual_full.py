@@ -675,8 +675,7 @@ def _commit_pool(st: _FullState, cols, rows, C, counts, threads: int) -> None:
     live = int(lens.sum()) - int(lens[cols].sum()) + int(counts.sum())
     grow = counts > st.slot[cols]
     need = int(counts[grow].sum())
-    off = np.zeros(len(cols) + 1, dtype=np.int64)
-    np.cumsum(counts, out=off[1:])
+    off = _ptr(counts)
     new = (np.ascontiguousarray(rows, dtype=np.int64), np.asarray(C, dtype=np.float64),
            st.labels.astype(st.flat.dtype, copy=False), st.flat.dtype.type(st.K))
     end = st.end + need
@@ -695,8 +694,7 @@ def _commit_pool(st: _FullState, cols, rows, C, counts, threads: int) -> None:
         return
     new_lens = lens
     new_lens[cols] = counts
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(new_lens, out=ptr[1:])
+    ptr = _ptr(new_lens)
     size = int(ptr[-1])
     replaced = np.full(n, -1, dtype=np.int64)
     replaced[cols] = np.arange(len(cols))
@@ -713,8 +711,7 @@ def _packed(st: _FullState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ptr, flat, C): the lists packed in column order (views of the pool where it is packed,
     else a gather)."""
     lens = st.hi - st.lo
-    ptr = np.zeros(st.n + 1, dtype=np.int64)
-    np.cumsum(lens, out=ptr[1:])
+    ptr = _ptr(lens)
     if st.packed:
         return ptr, st.flat[:ptr[-1]], st.C[:ptr[-1]]
     take = np.repeat(st.lo - ptr[:-1], lens) + np.arange(int(ptr[-1]))
@@ -729,13 +726,11 @@ def _concatenate_lists(st: _FullState, cols, rows, C, counts) -> tuple:
     old_ptr, old_flat, old_C = _packed(st)
     new_counts = np.diff(old_ptr)
     new_counts[cols] = counts
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(new_counts, out=ptr[1:])
+    ptr = _ptr(new_counts)
     # old runs of kept columns: before the first replaced column, between two, after the last
     run_lo = old_ptr[np.concatenate(([0], np.asarray(cols) + 1))]
     run_hi = old_ptr[np.concatenate((cols, [n]))]
-    off = np.zeros(len(cols) + 1, dtype=np.int64)
-    np.cumsum(counts, out=off[1:])
+    off = _ptr(counts)
     scanned = ((np.asarray(rows, dtype=np.int64) * st.K
                 + np.repeat(st.labels[cols], counts).astype(np.int64)).astype(old_flat.dtype, copy=False),
                np.asarray(C, dtype=np.float64))
@@ -1022,31 +1017,31 @@ def _splice_output(solver, last: _KernelOutput, part: _KernelOutput, cols: np.nd
     replaced[cols] = np.arange(cols.size)
     counts, edge_counts, last_cost = last.counts.copy(), last.edge_counts.copy(), last.last_cost.copy()
     counts[cols], edge_counts[cols], last_cost[cols] = part.counts, part.edge_counts, part.last_cost
-    starts, edge_starts = _starts(counts), _starts(edge_counts)
+    ptr, edge_ptr = _ptr(counts), _ptr(edge_counts)
     use = _sparse_kernels.kernel_threads(solver.kernel_threads, n)
     chunks = max(1, min(n, 4 * use))
-    # (the runs' starts and counts in last, in part, the new starts, the new total) of each layout
-    pairs = (last.starts, last.counts, part.starts, part.counts, starts, int(counts.sum()))
-    edges = (_starts(last.edge_counts), last.edge_counts, _starts(part.edge_counts), part.edge_counts, edge_starts,
-             int(edge_counts.sum()))
+    # (the runs' starts and counts in last, in part, and where the runs go) of each layout
+    pairs = (last.starts, last.counts, part.starts, part.counts, ptr)
+    edges = (_ptr(last.edge_counts), last.edge_counts, _ptr(part.edge_counts), part.edge_counts, edge_ptr)
     out = {}
     with _sparse_kernels.parallel_threads(use):
         for name, layout in (("rows", pairs), ("R", pairs), ("C", pairs), ("edge_e", edges), ("edge_dc", edges)):
-            o_st, o_ct, p_st, p_ct, out_st, size = layout
+            o_st, o_ct, p_st, p_ct, out_ptr = layout
             old = getattr(last, name)
-            out[name] = np.empty(size, dtype=old.dtype)
-            _full_numba.splice_runs(old, o_st, o_ct, getattr(part, name), p_st, p_ct, replaced, out_st, out[name],
+            out[name] = np.empty(int(out_ptr[-1]), dtype=old.dtype)
+            _full_numba.splice_runs(old, o_st, o_ct, getattr(part, name), p_st, p_ct, replaced, out_ptr, out[name],
                                     chunks)
     return _KernelOutput(losses=last.losses, tau=last.tau, cols=np.repeat(np.arange(n), counts),
-                         starts=starts.astype(np.intp, copy=False), counts=counts, edge_counts=edge_counts,
+                         starts=ptr[:-1].astype(np.intp, copy=False), counts=counts, edge_counts=edge_counts,
                          last_cost=last_cost, **out)
 
 
-def _starts(counts: np.ndarray) -> np.ndarray:
-    """Where each run starts when runs of ``counts`` follow each other from 0."""
-    starts = np.zeros(counts.size, dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
-    return starts
+def _ptr(counts: np.ndarray) -> np.ndarray:
+    """Where each of the runs of ``counts`` starts when they follow each other from 0, and (last
+    entry) where the last ends."""
+    ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr
 
 
 def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidates:
@@ -1182,8 +1177,7 @@ def _cold_eta(solver, st: _FullState, problem: TransportProblem, budget: _Budget
         # 400 000 pairs and more, which numpy's pass-by-pass hulls took 0.6-1.1 s to go through
         K = problem.n_labels
         labels = problem.labels[cols]
-        ptr = np.zeros(s + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
+        ptr = _ptr(counts)
         flat = rows.astype(np.int64) * K + np.repeat(labels, counts)
         out = _sparse_kernels.sparse_candidates(
             labels, K, C, flat, np.ascontiguousarray(problem.losses).reshape(-1), 0.0, np.ones(s),
