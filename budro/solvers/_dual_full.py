@@ -138,8 +138,8 @@ _KMAX = 1024
 _LIST_CAP = (_KMAX + 1, 1024)
 #: Columns of the cold sample that estimates eta* (at most).  Its estimate only places the first
 #: scan's window ([0.8, 1.2] eta_ref, _COLD_W): Adult's losses at rounds 1-178, n = 20000 and
-#: 36177 (12 cold solves, 2026-11-27): 128 columns gave 0.91-1.03 eta*, 256 gave 1.00-1.06, and every
-#: solve was certified after its one pass either way; the sample's scan 101 against 190 ms
+#: 36177 (12 cold solves, 2026-11-27): 128 columns gave 0.91-1.03 eta*, 256 gave 1.00-1.06, and
+#: every solve was certified after its one pass either way; the sample's scan 101 against 190 ms
 #: (n = 20000, medians of 6 interleaved cold solves).
 _SAMPLE = 128
 #: Anchors kept alive at once (at most _ANCHOR_BYTES of their losses, at least 8).
