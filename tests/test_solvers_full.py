@@ -71,6 +71,7 @@ def _assert_lists(st, expected):
     ptr, flat, C = _dual_full._packed(st)
     for j, (f, c) in expected.items():
         np.testing.assert_array_equal(flat[ptr[j]:ptr[j + 1]], f)
+        np.testing.assert_array_equal(C[ptr[j]:ptr[j + 1]], c)
 
 
 def assert_optimal(res, ref, problem):
