@@ -58,6 +58,18 @@ def machine_speed(seconds: float = 0.3) -> dict[str, float]:
             "python_mops": rate(loop, 0.1)}
 
 
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), else what :mod:`platform` knows: runs on
+    another kind of processor are not comparable by their times or speed readings."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def speed_text(reading: dict[str, float] | None) -> str:
     """A reading of :func:`machine_speed` in words."""
     if not reading:

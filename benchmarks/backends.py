@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _report import cpu_model  # benchmarks/ is the script's folder, first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -335,11 +336,7 @@ def _versions() -> dict:
 
 
 def _machine() -> str:
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = platform.processor() or platform.machine()
-    return f"{os.cpu_count()} cores ({model}), {platform.system()} {platform.release()}"
+    return f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}"
 
 
 def _f(x, fmt="{:.2f}") -> str:

@@ -71,7 +71,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _report import machine_speed, replace_section, speed_text  # benchmarks/ is the script's folder, first on sys.path
+from _report import cpu_model, machine_speed, replace_section, speed_text  # benchmarks/ is the script's folder, first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("BUDRO_BENCH_CACHE", "/tmp/budro-bench"))
@@ -777,12 +777,7 @@ def large_report(args) -> str:
 def _machine() -> str:
     import numpy
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = cpu
-    return (f"{os.cpu_count()} cores ({model}), {platform.system()} {platform.release()}, "
+    return (f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}, "
             f"Python {platform.python_version()}, numpy {numpy.__version__}")
 
 

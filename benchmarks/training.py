@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from _report import machine_speed, replace_section, speed_text  # benchmarks/ is the script's folder, first on sys.path
+from _report import cpu_model, machine_speed, replace_section, speed_text  # benchmarks/ is the script's folder, first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -437,7 +437,7 @@ def _header(command: str, speed: tuple[dict, dict]) -> list[str]:
     import numpy
 
     return [f"Command: `{command}`", "",
-            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}; "
+            f"Machine: {platform.machine()}, {os.cpu_count()} CPUs ({cpu_model()}), {platform.platform()}; "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average before the run "
             f"{os.getloadavg()[0]:.2f}", "",
             f"Machine speed (`machine_speed` of benchmarks/_report.py, a reading of this shared machine at the "
