@@ -730,6 +730,61 @@ def test_certificate_falls_kept_within_a_solve_equal_a_fresh_pass(monkeypatch):
     assert max(c[1] for c in checked) > 0  # with hull-pruned rows somewhere
 
 
+@given(st.integers(1, 60), st.integers(1, 6), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_anchor_order_kept_up_to_date_by_commits_is_the_stable_argsort(n, anchors, seed):
+    """The columns' order by anchor, updated by each commit in O(n) instead of sorted again: after
+    every commit of a random sequence (columns moved to a new anchor, to an existing one, to the
+    anchor they had, or none), the same array as a stable argsort of the anchors."""
+    rng = np.random.default_rng(seed)
+    anchor_of = rng.integers(0, anchors, n).astype(np.int64)
+    order = np.argsort(anchor_of, kind="stable")
+    for _ in range(8):
+        cols = np.unique(rng.choice(n, size=rng.integers(0, n + 1), replace=True))
+        anchor_id = int(rng.integers(0, anchors + 2))
+        anchor_of[cols] = anchor_id
+        order = _dual_full._by_anchor_after(order, anchor_of, cols, anchor_id)
+        np.testing.assert_array_equal(order, np.argsort(anchor_of, kind="stable"))
+    assert _dual_full._by_anchor_after(None, anchor_of, cols, 0) is None
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+@pytest.mark.parametrize("seed", range(3))
+def test_certificate_again_at_the_same_eta_equals_a_fresh_one(monkeypatch, seed):
+    """A solve's later certificate at the same eta (after a rescan) certifies again only the
+    columns committed since and keeps the others' verdicts: after every certificate of drifting
+    rounds with rescans, its verdicts, upper bounds and failure counts equal those of a fresh
+    certificate of every column (the kept verdict forgotten), and some solves took the shortcut."""
+    shortcuts = []
+    certify = _dual_full._certify
+
+    def checking(solver, st_, problem, point):
+        prev = st_.verdict
+        reused = (prev is not None and st_.down_stale is not None and prev[0] == st_.stamp
+                  and prev[1] is problem.losses and prev[2] == point.eta)
+        committed = int(st_.down_stale.sum()) if reused else -1
+        ok, upper = certify(solver, st_, problem, point)
+        failures, kept = st_.last_failures, st_.verdict
+        st_.verdict = None  # a fresh certificate of every column (the falls are kept: same call)
+        ok2, upper2 = certify(solver, st_, problem, point)
+        np.testing.assert_array_equal(ok, ok2)
+        np.testing.assert_array_equal(upper, upper2)
+        assert failures == st_.last_failures
+        st_.verdict = kept
+        if reused:
+            shortcuts.append(committed)
+        return ok, upper
+
+    monkeypatch.setattr(_dual_full, "_certify", checking)
+    n = 300
+    labels, cost, losses = _drifting(30 + seed, n)
+    solver = FullPathSolver(kernel="numba")
+    for t in range(8):
+        problem = TransportProblem(losses(4 * t), labels, cost, 0.4)
+        assert_optimal(solver.solve(problem), dense(problem), problem)
+    assert shortcuts and 0 < min(shortcuts) < n  # taken, with some columns committed and not all
+
+
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
 @pytest.mark.parametrize("seed", range(3))
 def test_compiled_certificate_equals_numpy(seed):

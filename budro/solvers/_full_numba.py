@@ -545,15 +545,17 @@ def compact(counts, cap, rows, C, R):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def certify_bounds(eta, anchor_of, labels, E, top, up, X, mask, B, P):  # pragma: no cover - compiled
+def certify_bounds(eta, cols, anchor_of, labels, E, top, up, X, mask, B, P):  # pragma: no cover - compiled
     """The certificate's bounds at ``eta`` (``budro.solvers._dual_full._certify``, the same values
-    as its numpy loop over anchors): per column j with anchor a and label k, ``B[j]`` = the largest
-    over groups g of the left-out bound (``top[a, g, k]`` below the anchor's grid ``E[a]``, the
-    last grid value past it, else the chord of ``X[j, g]`` between the grid points around eta)
-    plus the group's rise ``up[a, g, k]`` (0 where not finite); ``P[j]`` = the largest rise over
-    the groups of the column's hull-pruned rows (bits of ``mask[j]``), -inf if none."""
-    n, G, Q = X.shape
-    for j in numba.prange(n):
+    as its numpy loop over anchors) for the columns ``cols``: per column j with anchor a and label
+    k, ``B[j]`` = the largest over groups g of the left-out bound (``top[a, g, k]`` below the
+    anchor's grid ``E[a]``, the last grid value past it, else the chord of ``X[j, g]`` between the
+    grid points around eta) plus the group's rise ``up[a, g, k]`` (0 where not finite); ``P[j]`` =
+    the largest rise over the groups of the column's hull-pruned rows (bits of ``mask[j]``), -inf
+    if none."""
+    _, G, Q = X.shape
+    for i in numba.prange(cols.size):
+        j = cols[i]
         a = anchor_of[j]
         k = labels[j]
         q = -1  # the last grid point <= eta (searchsorted, side "right", minus 1)
