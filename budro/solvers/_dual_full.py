@@ -268,8 +268,8 @@ class _FullState:
     #: and the columns whose lists were replaced since (a bool mask), or None.
     kernel_output: "_KernelOutput | None" = None
     dirty: np.ndarray | None = None
-    #: The columns ordered by anchor (a stable argsort of anchor_of), or None until asked for
-    #: again after a commit changed anchor_of.
+    #: The columns ordered by anchor (a stable argsort of anchor_of, kept up to date by each
+    #: commit), or None until first asked for.
     by_anchor: np.ndarray | None = None
     #: The compiled certificate's last verdict: (stamp, losses, eta, tau, ok_x, ok_h, upper).
     verdict: tuple | None = None
