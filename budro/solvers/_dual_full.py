@@ -888,7 +888,7 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
         # A later certificate of the same call at the same eta (after a rescan, which left eta*
         # where it was in 148 of Adult's 149 rounds past the 30th): a column not committed since
         # has the same list, anchor, bounds, falls and list maximum, so the same verdict; only
-        # the committed ones are certified again (3.2 of 6.7 ms at Adult)
+        # the committed ones are certified again (that certificate 2.2 -> 1.4 ms at Adult)
         prev = getattr(st, "verdict", None)
         sub = None
         if (prev is not None and stale is not None and prev[0] == st.stamp and prev[1] is losses
@@ -962,8 +962,7 @@ def _by_anchor_after(order: np.ndarray | None, anchor_of: np.ndarray, cols, anch
     keep = order[~moved[order]]
     held = anchor_of[keep]  # increasing
     lo, hi = np.searchsorted(held, anchor_id, side="left"), np.searchsorted(held, anchor_id, side="right")
-    block = np.sort(np.concatenate((keep[lo:hi], cols))) if hi > lo else np.sort(cols)
-    return np.concatenate((keep[:lo], block, keep[hi:]))
+    return np.concatenate((keep[:lo], np.sort(np.concatenate((keep[lo:hi], cols))), keep[hi:]))
 
 
 def _rises(st: _FullState, losses: np.ndarray, G: int, threads: int) -> None:
