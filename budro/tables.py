@@ -101,9 +101,25 @@ def _narwhals_frame(X: Any):
         return None
     try:
         frame = nw.from_native(X, eager_only=True, pass_through=True)
+    except nw.exceptions.DuplicateError:
+        # budro finds columns by name (protected attributes, the columns a saved model predicts
+        # on): a table whose names repeat cannot be read as one, nor quietly as a bare array
+        raise ValidationError(f"X has duplicate column names ({_repeated_names(X)}); give each column its own "
+                              "name, or pass a numpy array") from None
     except Exception:  # narwhals raises library-specific errors for odd objects
         return None
     return frame if isinstance(frame, nw.DataFrame) else None
+
+
+def _repeated_names(X: Any) -> str:
+    """The column names of ``X`` that occur more than once, with their counts."""
+    from collections import Counter
+
+    names = getattr(X, "column_names", None)  # pyarrow (whose .columns are the arrays)
+    if names is None:
+        names = getattr(X, "columns", ())
+    counts = Counter(str(name) for name in names)
+    return ", ".join(f"{name!r} {k} times" for name, k in counts.items() if k > 1) or "names repeated"
 
 
 def is_table(X: Any) -> bool:

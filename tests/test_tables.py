@@ -176,6 +176,21 @@ def test_fit_errors_name_the_column():
         TableEncoder().fit(frame, native_categorical=True, native_missing=False)
 
 
+@pytest.mark.parametrize("native", ["pandas", "pyarrow"])
+def test_repeated_column_names_are_refused_by_name(native):
+    """A table whose column names repeat is refused at fit and predict, naming the repeated
+    names (before: read as a bare array, so a protected name was 'not a column of X')."""
+    frame, y = people()
+    frame.columns = ["age", "age", "married", "workclass", "sex", "race"]
+    X = frame if native == "pandas" else pa.Table.from_arrays([pa.array(frame.iloc[:, i]) for i in range(6)],
+                                                               names=list(frame.columns))
+    with pytest.raises(ValidationError, match=r"X has duplicate column names \('age' 2 times\)"):
+        BuDROClassifier(n_steps=2, protected=["sex"], backend_params=FAST).fit(X, y)
+    fitted = BuDROClassifier(n_steps=2, protected=["sex"], backend_params=FAST).fit(people()[0], y)
+    with pytest.raises(ValidationError, match="duplicate column names"):
+        fitted.predict(frame)
+
+
 def test_an_identifier_with_a_hundred_thousand_values_is_refused():
     n = 100_000
     frame = pd.DataFrame({"id": [f"c{i:06d}" for i in range(n)], "x": np.arange(n, dtype=float)})
