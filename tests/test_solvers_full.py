@@ -195,6 +195,93 @@ def test_any_drift_sequence_gives_the_dense_optimum(seed, steps, frac):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_floor_follows_rising_eta_and_falls_back_when_eta_drops(kernel):
+    """The compiled list kernel of a warm solve is exact from a floor under the last eta* (the
+    budget shrinking here, so eta* rises as in a fit); a solve whose eta* falls below its floor
+    (the budget raised) runs the kernel again without one and the next _FLOOR_REST solves use
+    none.  Every result is the dense optimum."""
+    n = 300
+    labels, cost, losses = _drifting(3, n)
+    solver = FullPathSolver(kernel=kernel)
+    mean_cost = float(cost.column_block(0, n).mean())
+    eps = [0.3 * mean_cost * 0.8**t for t in range(6)] + [0.6 * mean_cost] + [0.5 * mean_cost] * 3
+    floors, below, etas = [], [], []
+    for t, e in enumerate(eps):
+        problem = TransportProblem(losses(t), labels, cost, e)
+        res = solver.solve(problem)
+        assert_optimal(res, dense(problem), problem)
+        floors.append(res.info["floor"])
+        below.append(res.info["below_floor"])
+        etas.append(res.eta)
+    if kernel == "numpy":
+        assert floors == [0.0] * len(eps) and not any(below)
+        return
+    assert all(np.diff(etas[:6]) > 0)
+    assert floors[:2] == [0.0, 0.0] and all(f > 0.0 for f in floors[2:7])  # two certified eta* needed
+    assert floors[5] == pytest.approx(_dual_full._FLOOR_SHARE * etas[3]) and not any(below[:6])
+    assert etas[6] < floors[6] and below[6]  # the budget raised: eta* under the floor, the fallback
+    assert floors[7:] == [0.0] * 3  # no floor for the next solves
+
+
+def _complete_lists(losses, labels, cost):
+    """Every column's complete list in increasing cost (flat index into the losses, cost, ptr)."""
+    n, K = losses.shape
+    C = cost.column_block(0, n)
+    order = np.argsort(C, axis=0, kind="stable")
+    flat = order.T * K + labels[:, None]
+    return flat.reshape(-1), np.take_along_axis(C, order, axis=0).T.reshape(-1), np.arange(n + 1) * n
+
+
+def _argmax_sets(out, n, eta):
+    """Each column's largest candidate value at ``eta`` and its argmax rows, from the list
+    kernel's output."""
+    rows, cols, R, C = out[:4]
+    value = R - eta * C
+    best = np.full(n, -np.inf)
+    np.maximum.at(best, cols, value)
+    at = value == best[cols]
+    return best, {(int(c), int(r)) for c, r in zip(cols[at], rows[at])}
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), integer=st.booleans(), share=st.sampled_from([0.05, 0.3, 1.0, 3.0]),
+       rising=st.booleans())
+def test_list_kernel_with_a_floor_keeps_every_argmax_above_it(seed, integer, share, rising):
+    """The list kernel with a floor keeps, at every eta >= floor, each column's largest value and
+    all its argmax rows (exact ties included: integer losses and costs, duplicated points), and
+    the hull edges above the floor; it keeps no more pairs than the kernel without one where the
+    losses rise with the cost (as along a fit's lists)."""
+    rng = np.random.default_rng(seed)
+    n = 48
+    losses, labels, Z = make_instance(rng, n, 2, integer=integer, n_distinct=16)
+    cost = EmbeddingCost(Z, cache_bytes=0)
+    if rising:  # losses that rise along the columns' lists: far costs carry the larger losses
+        losses = losses + 0.25 * (Z**2).sum(axis=1, keepdims=True)
+    flat, C, ptr = _complete_lists(losses, labels, cost)
+    lf = losses.reshape(-1)
+    floor = share * float(np.ptp(losses) + 1.0) / float(C.mean() + 1.0)
+    outs = {}
+    for f in (0.0, floor):
+        out = _sparse_kernels.sparse_candidates(labels, 2, C, flat, lf, 1e-9, np.ones(n), threads=1, ptr=ptr,
+                                                width=n, floor=f)
+        outs[f] = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in out)
+    e0 = outs[0.0][5]
+    probes = [floor, floor * (1 + 1e-12), 1.5 * floor, 4.0 * floor] + sorted(set(e0[e0 >= floor].tolist()))[:20]
+    for eta in probes:
+        b0, s0 = _argmax_sets(outs[0.0], n, eta)
+        b1, s1 = _argmax_sets(outs[floor], n, eta)
+        np.testing.assert_array_equal(b1, b0)
+        assert s1 == s0, eta
+    # the edges above the floor: the same breakpoints with the same cost drops
+    above = {f: sorted(zip(outs[f][5][outs[f][5] > floor].tolist(), outs[f][6][outs[f][5] > floor].tolist()))
+             for f in outs}
+    assert above[floor] == above[0.0]
+    if rising:
+        assert outs[floor][4] <= outs[0.0][4]  # kept by dominance
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_failed_certificates_are_rescanned(kernel):
     """A jump in the losses breaks the excluded bounds (X) of some columns and the hull margin of
     others: exactly those are rescanned and the result is exact."""

@@ -273,6 +273,10 @@ class _FullState:
     by_anchor: np.ndarray | None = None
     #: The compiled certificate's last verdict: (stamp, losses, eta, tau, ok_x, ok_h, upper).
     verdict: tuple | None = None
+    #: The eta from which this solve's list kernel is exact (0: every eta), and how many solves
+    #: are still to run without one after a solve's eta* fell below its floor.
+    floor: float = 0.0
+    floor_rest: int = 0
 
     @property
     def n(self) -> int:
@@ -1015,6 +1019,7 @@ class _KernelOutput:
 
     losses: np.ndarray
     tau: float
+    floor: float  # exact for eta >= floor (0: every eta)
     rows: np.ndarray
     cols: np.ndarray
     R: np.ndarray
@@ -1031,11 +1036,18 @@ class _KernelOutput:
 #: splices their output into the last one) while they are at most this share of the columns.
 _SPLICE_SHARE = 0.25
 
+#: A solve whose last solves were certified runs the list kernel exact for eta >= this share of
+#: the smallest of the last two eta* (``_sparse_numba._columns``' ``floor``: in a fit eta* rises
+#: from round to round, by 0.4-32 % at Adult); if eta* turns out lower, the kernel runs again
+#: without a floor, and no floor is used for the next _FLOOR_REST solves.
+_FLOOR_SHARE = 0.98
+_FLOOR_REST = 8
+
 
 def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray | None,
                 tau: float) -> _KernelOutput:
     """The list kernel on the lists of ``cols`` (sorted; None: every column), its outputs copied;
-    with ``cols``, columns numbered in the order of ``cols``."""
+    with ``cols``, columns numbered in the order of ``cols``; exact for eta >= ``st.floor``."""
     K = problem.n_labels
     losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
     if cols is None:
@@ -1050,8 +1062,8 @@ def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndar
     ws = _sparse_kernels.Workspace(n, max(int(lens.sum()), 1))
     rows, lcols, R, Cc, _, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
         labels, K, st.C, st.flat, losses_flat, tau, np.ones(n), threads=solver.kernel_threads, workspace=ws,
-        width=width, spans=(lo, hi))
-    return _KernelOutput(losses=problem.losses, tau=tau, rows=rows.copy(), cols=lcols.copy(), R=R.copy(),
+        width=width, spans=(lo, hi), floor=st.floor)
+    return _KernelOutput(losses=problem.losses, tau=tau, floor=st.floor, rows=rows.copy(), cols=lcols.copy(), R=R.copy(),
                          C=Cc.copy(), starts=starts.copy(), counts=ws.col_count[:n].copy(), edge_e=edge_e.copy(),
                          edge_dc=edge_dc.copy(), edge_counts=ws.edge_count[:n].copy(),
                          last_cost=last_cost[:n].copy())
@@ -1081,7 +1093,7 @@ def _splice_output(solver, last: _KernelOutput, part: _KernelOutput, cols: np.nd
             out[name] = np.empty(int(out_ptr[-1]), dtype=old.dtype)
             _full_numba.splice_runs(old, o_st, o_ct, getattr(part, name), p_st, p_ct, replaced, out_ptr, out[name],
                                     chunks)
-    return _KernelOutput(losses=last.losses, tau=last.tau, cols=np.repeat(np.arange(n), counts),
+    return _KernelOutput(losses=last.losses, tau=last.tau, floor=last.floor, cols=np.repeat(np.arange(n), counts),
                          starts=ptr[:-1].astype(np.intp, copy=False), counts=counts, edge_counts=edge_counts,
                          last_cost=last_cost, **out)
 
@@ -1105,7 +1117,8 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
     if compiled(solver):
         last = st.kernel_output
         dirty = st.dirty
-        same_round = last is not None and dirty is not None and last.losses is problem.losses and last.tau == tau
+        same_round = (last is not None and dirty is not None and last.losses is problem.losses and last.tau == tau
+                      and last.floor == st.floor)
         cols = np.flatnonzero(dirty) if same_round else None
         if same_round and cols.size == 0:  # nothing rescanned since (a budget stopped it): the same output
             out = last
@@ -1117,7 +1130,7 @@ def _candidates(solver, st: _FullState, problem: TransportProblem) -> _Candidate
         st.dirty = np.zeros(n, dtype=bool)
         eta = _edges_eta(out.edge_e, out.edge_dc, out.last_cost, problem.eps)
         return _Candidates(rows=out.rows, cols=out.cols, starts=out.starts, R=out.R, C=out.C, breakpoint_eta=eta,
-                           compiled=True)
+                           compiled=True, floor=out.floor)
     losses_flat = np.ascontiguousarray(problem.losses).reshape(-1)
     ptr, flat, C = _packed(st)
     cols = np.repeat(np.arange(n), np.diff(ptr))
@@ -1136,11 +1149,24 @@ def _edges_eta(edge_e: np.ndarray, edge_dc: np.ndarray, last_cost: np.ndarray, e
     return 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
 
 
+class _BelowFloor(Exception):
+    """The minimiser of g lies below the floor the candidates are exact from."""
+
+
 def _minimise(solver, problem: TransportProblem, cand: _Candidates):
     """Minimise g on the candidates: the breakpoint read-off, certified by one evaluation, else a
-    Kelley cutting plane (as :class:`DualSolver`'s).  Returns (found, a, b, evaluations)."""
+    Kelley cutting plane (as :class:`DualSolver`'s).  Returns (found, a, b, evaluations).
+
+    Candidates exact for eta >= ``cand.floor`` > 0 only are evaluated there only: where the
+    read-off or the evaluation at the floor puts the minimiser below it, :class:`_BelowFloor` is
+    raised (the caller runs the kernel again without a floor).  Above the floor they give g and
+    its argmax sets exactly, so a point found there is the minimiser of g on the lists (g is
+    convex: 0 in its subdifferential at that point)."""
     eps = problem.eps
     evals = 0
+    floor = cand.floor
+    if floor > 0.0 and not cand.breakpoint_eta >= floor:
+        raise _BelowFloor
 
     def probe(eta):
         nonlocal evals
@@ -1166,9 +1192,11 @@ def _minimise(solver, problem: TransportProblem, cand: _Candidates):
                 break
     else:
         b = p
-        p, where = probe(0.0)
+        p, where = probe(floor)
         if where == _OPTIMAL:
             return p, None, None, evals
+        if where != _BELOW:  # (floor > 0: at 0, g never lies below its minimiser)
+            raise _BelowFloor
         a = p
     while a is not None and b is not None and evals < _MAX_CUTS:
         dr = problem.losses[a.lo, problem.labels] - problem.losses[b.hi, problem.labels]
@@ -1188,6 +1216,18 @@ def _minimise(solver, problem: TransportProblem, cand: _Candidates):
 
 
 # ---------------------------------------------------------------------------------------- entry points
+
+
+def _floor(solver, st: _FullState) -> float:
+    """The eta from which this solve's list kernel is exact: _FLOOR_SHARE of the smaller of the
+    last two certified eta* (0 without two, on the numpy path, and for _FLOOR_REST solves after
+    a solve whose eta* fell below its floor)."""
+    if st.floor_rest > 0:
+        st.floor_rest -= 1
+        return 0.0
+    if not compiled(solver) or len(st.etas) < 2:
+        return 0.0
+    return _FLOOR_SHARE * min(st.etas[-2:])
 
 
 def _settings(solver, st: _FullState, problem: TransportProblem):
@@ -1331,9 +1371,15 @@ def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> T
     failures = []
     attempts = 0
     evals = 0
+    st.floor = _floor(solver, st)
+    floor = st.floor
     while True:
         cand = _candidates(solver, st, problem)
-        found, a, b, k = _minimise(solver, problem, cand)
+        try:
+            found, a, b, k = _minimise(solver, problem, cand)
+        except _BelowFloor:  # eta* fell below the floor: the kernel again, exact everywhere
+            st.floor, st.floor_rest = 0.0, _FLOOR_REST
+            continue
         evals += k
         point = found if found is not None else (a if (b is None or (a is not None and a.value <= b.value)) else b)
         ok, upper = _certify(solver, st, problem, point)
@@ -1371,6 +1417,8 @@ def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> T
         rescanned_columns=int(st.scanned - scanned0),
         rescans=rescanned,
         failures=failures,  # per attempt: (columns failing the excluded bound, the hull margin)
+        floor=floor,  # the kernel's floor (0: none), and whether eta* fell below it
+        below_floor=bool(floor > 0.0 and st.floor == 0.0),
         list_pairs=st.live,
         candidate_pairs=int(cand.rows.size),
         full_passes=(st.scanned - scanned0) / n,

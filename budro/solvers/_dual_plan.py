@@ -69,6 +69,9 @@ class _Candidates:
     #: what :func:`breakpoint_eta` computes from the candidates otherwise.  Views into the
     #: kernel's workspace: valid until the next solve on the same layout.
     edges: tuple | None = None
+    #: The candidates (and edges) are exact for eta >= floor only (0: for every eta >= 0); g
+    #: must not be evaluated on them below it.
+    floor: float = 0.0
 
 
 # Position of a point relative to the minimiser of g.

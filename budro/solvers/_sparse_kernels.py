@@ -189,7 +189,7 @@ def uniform_ptr(n: int, m: int) -> np.ndarray:
 def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray,
                       tau: float, weights: np.ndarray, threads: int | None = 1, workspace: Workspace | None = None,
                       ptr: np.ndarray | None = None, width: int | None = None,
-                      spans: tuple[np.ndarray, np.ndarray] | None = None):
+                      spans: tuple[np.ndarray, np.ndarray] | None = None, floor: float = 0.0):
     """Run the candidate kernel on lists in increasing cost per column.
 
     ``flat[j, r] = row * K + labels[j]`` indexes ``losses_flat``; ``weights`` are the columns'
@@ -201,7 +201,8 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     candidate pairs grouped by column in increasing cost, the number kept by dominance, the exact
     hulls' edges (cost drops times the weights), each column's largest hull cost and where each
     column starts.  ``threads``: the kernel's threads (None: :func:`kernel_threads`' choice for
-    the number of columns).
+    the number of columns).  ``floor`` > 0: candidates and hulls exact for eta >= floor only
+    (far fewer pairs where the losses rise along the lists; see ``_sparse_numba._columns``).
     """
     kern = _kernels()
     if spans is not None:
@@ -219,7 +220,8 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     total = (int(ends[-1]) if ends is not None else int(ptr[-1] - ptr[0])) if n else 0
     ws = workspace if workspace is not None else Workspace(n, max(total, 1))
     args = (int(K), labels, lo, hi, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R,
-            ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, ws.edge_count, int(width))
+            ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, ws.edge_count, int(width), float(floor),
+            float(np.abs(losses_flat).max()) if floor > 0.0 and losses_flat.size else 0.0)
     use = kernel_threads(threads, n)
     if use == 1 or n < 256:
         size, n_dom, n_edge = kern.candidates_serial(*args)

@@ -18,7 +18,7 @@ def _below(ca, ra, cb, rb, cc, rc, tau):
 
 @numba.njit(cache=True, nogil=True)
 def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
-             edge_dc, last_cost, col_count, edge_count, out0, edge0, width):
+             edge_dc, last_cost, col_count, edge_count, out0, edge0, width, floor, scale):
     """Columns j0 <= j < j1; their pairs go to the outputs from ``out0``, their edges from
     ``edge0``.  Returns (pairs written, pairs kept by dominance, edges written).
 
@@ -32,7 +32,14 @@ def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_
     loss); the tau-hull of the runs with a stack (a run is popped when it lies more than tau below
     the chord between the run under it and the next run: two points of the column certify that
     it never comes within tau of the column's maximum); then the exact hull (tau = 0) of what is
-    left, whose edges' cost drops are weighted by ``weights[j]`` (the column's multiplicity)."""
+    left, whose edges' cost drops are weighted by ``weights[j]`` (the column's multiplicity).
+
+    ``floor`` > 0: the output is exact for eta >= floor only (a solve whose eta* is known to lie
+    there): dominance compares the values at floor, ``R_r - floor C_r``, instead of the losses
+    (an entry more than tau below a cheaper one at floor stays so at every larger eta, the cheaper
+    one's value falling more slowly), which keeps far fewer entries when the losses rise along
+    the lists; the comparison's margin adds the rounding of those values (``scale`` >= every
+    |loss|).  The hulls and edges below floor are then those of the kept entries only."""
     m = max(width, 1)
     kpos = np.empty(m, dtype=np.int64)  # kept list entries (indices into flat and C), in cost order
     kval = np.empty(m)
@@ -59,15 +66,29 @@ def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_
         v = losses_flat[np.uint64(flat[np.uint64(p0)])]
         kpos[0] = p0
         kval[0] = v
-        best = v
         nk = 1
-        for r in range(p0 + 1, hi[j]):
-            # unsigned indices: no negative-index wraparound on the hot loads (5-10 % at Adult)
-            v = losses_flat[np.uint64(flat[np.uint64(r)])]
-            kpos[nk] = r
-            kval[nk] = v
-            nk += v + tau >= best
-            best = max(best, v)
+        if floor > 0.0:
+            # 1'. dominance at eta >= floor: keep r iff w_r + margin >= max(w_0 .. w_{r-1}), w =
+            #     R - floor C; the margin adds 2^-50 (scale + floor C_max) to tau, more than the
+            #     rounding of two such values (each within 2^-53 (|R| + 2 floor C) of its own)
+            slack = tau + 2.0**-50 * (scale + floor * C[np.uint64(hi[j] - 1)])
+            best = v - floor * C[np.uint64(p0)]
+            for r in range(p0 + 1, hi[j]):
+                v = losses_flat[np.uint64(flat[np.uint64(r)])]
+                w = v - floor * C[np.uint64(r)]
+                kpos[nk] = r
+                kval[nk] = v
+                nk += w + slack >= best
+                best = max(best, w)
+        else:
+            best = v
+            for r in range(p0 + 1, hi[j]):
+                # unsigned indices: no negative-index wraparound on the hot loads (5-10 % at Adult)
+                v = losses_flat[np.uint64(flat[np.uint64(r)])]
+                kpos[nk] = r
+                kval[nk] = v
+                nk += v + tau >= best
+                best = max(best, v)
         n_dom += nk
         # 2. runs of equal cost among the kept positions
         h = 0
@@ -130,15 +151,15 @@ def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_
 
 @numba.njit(cache=True, nogil=True)
 def candidates_serial(K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
-                      edge_dc, last_cost, col_count, edge_count, width):
+                      edge_dc, last_cost, col_count, edge_count, width, floor, scale):
     """All columns on the calling thread, written contiguously from the start of the outputs."""
     return _columns(0, lo.size, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R,
-                    out_C, edge_e, edge_dc, last_cost, col_count, edge_count, 0, 0, width)
+                    out_C, edge_e, edge_dc, last_cost, col_count, edge_count, 0, 0, width, floor, scale)
 
 
 @numba.njit(cache=True, parallel=True)
 def candidates(bounds, at, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C,
-               edge_e, edge_dc, last_cost, col_count, edge_count, width, counts):
+               edge_e, edge_dc, last_cost, col_count, edge_count, width, floor, scale, counts):
     """The columns in chunks ``bounds[c] <= j < bounds[c + 1]``, one chunk per task; chunk c
     writes its pairs from ``at[c]`` (the lists' entries before its first column) and its edges
     from ``at[c] - bounds[c]`` (a list of length l has at most l - 1 edges)."""
@@ -146,7 +167,7 @@ def candidates(bounds, at, K, labels, lo, hi, C, flat, losses_flat, tau, weights
         j0 = bounds[c]
         a, b, d = _columns(j0, bounds[c + 1], K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows,
                            out_cols, out_R, out_C, edge_e, edge_dc, last_cost, col_count, edge_count, at[c],
-                           at[c] - j0, width)
+                           at[c] - j0, width, floor, scale)
         counts[c, 0] = a
         counts[c, 1] = b
         counts[c, 2] = d
