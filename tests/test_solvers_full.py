@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from budro.exceptions import ConvergenceWarning, ValidationError
-from budro.solvers import _dual_full, _sparse_kernels
+from budro.solvers import _dual_full, _dual_plan, _sparse_kernels
 from budro.solvers._dual_plan import _upper_hulls
 from budro.solvers.dual import DualSolver
 from budro.solvers.lp import LPSolver
@@ -218,7 +218,7 @@ def test_kernel_floor_follows_rising_eta_and_falls_back_when_eta_drops(kernel):
         return
     assert all(np.diff(etas[:6]) > 0)
     assert floors[:2] == [0.0, 0.0] and all(f > 0.0 for f in floors[2:7])  # two certified eta* needed
-    assert floors[5] == pytest.approx(_dual_full._FLOOR_SHARE * etas[3]) and not any(below[:6])
+    assert floors[5] == pytest.approx(_dual_plan.EtaFloor.SHARE * etas[3]) and not any(below[:6])
     assert etas[6] < floors[6] and below[6]  # the budget raised: eta* under the floor, the fallback
     assert floors[7:] == [0.0] * 3  # no floor for the next solves
 

@@ -49,6 +49,14 @@ def same_result(res, ref):
     np.testing.assert_array_equal(res.weights, ref.weights)
     assert (res.plan != ref.plan).nnz == 0
     # the same pairs kept by dominance and as candidates: the kernel saw the same lists' worth
+    # (where the warm solve's candidates were exact from a floor under the last rounds' eta*,
+    # the cold solve's from 0, they hold fewer pairs: the rest of what the solves report agrees)
+    floored = ("floor", "below_floor", "dominance_pairs", "initial_pairs", "candidate_pairs")
+    if res.info["floor"] != ref.info["floor"]:
+        assert ref.info["floor"] == 0.0 and res.info["initial_pairs"] <= ref.info["initial_pairs"]
+        assert {k: v for k, v in res.info.items() if k not in floored} == {
+            k: v for k, v in ref.info.items() if k not in floored}
+        return
     assert res.info == ref.info
 
 
@@ -104,6 +112,40 @@ def test_warm_lists_are_used_and_every_round_equals_a_cold_solve(kind, threads):
     assert warm_state(solver) is state and state.anchors > anchors  # the jump broke the certificate
 
 
+@pytest.mark.parametrize("kind", ["neighbors", "collapsed"])
+def test_candidates_from_a_floor_follow_rising_eta_and_fall_back_when_it_drops(kind):
+    """A warm solve makes its candidates exact from a floor under the last two eta* (the budget
+    shrinking here, so eta* rises as in a fit): fewer pairs, the cold solve's results bit for
+    bit, and the HiGHS optimum; a solve whose eta* falls below its floor (the budget raised)
+    makes them again without one, and the next solves use none."""
+    from budro.solvers import _dual_plan
+    from budro.solvers.lp import LPSolver
+
+    rng = np.random.default_rng(8)
+    n = 300
+    Z, labels, losses = instance(rng, n, n_distinct=120, integer=True)
+    losses = losses + 0.3 * (Z**2).sum(axis=1, keepdims=True)  # losses rising with the distance
+    cost = neighbor_cost(Z, 30) if kind == "neighbors" else EmbeddingCost(Z)
+    mean_cost = float(cost.neighbor_costs.mean()) if kind == "neighbors" else float(cost.column_block(0, n).mean())
+    eps = [0.3 * mean_cost * 0.7**t for t in range(6)] + [0.5 * mean_cost] + [0.4 * mean_cost] * 2
+    warm = DualSolver(kernel="numba")
+    info, etas = [], []
+    for e in eps:
+        problem = TransportProblem(losses, labels, cost, e)
+        res = warm.solve(problem)
+        same_result(res, DualSolver(kernel="numba").solve(problem))
+        lp = LPSolver().solve(problem)
+        assert abs(res.objective - lp.objective) <= 1e-9 * max(1.0, abs(lp.objective))
+        info.append(res.info)
+        etas.append(res.eta)
+    floors = [i["floor"] for i in info]
+    assert all(np.diff(etas[:6]) >= 0) and floors[:2] == [0.0, 0.0]
+    assert floors[5] == pytest.approx(_dual_plan.EtaFloor.SHARE * etas[3])
+    assert all(f > 0.0 for f in floors[2:7]) and not any(i["below_floor"] for i in info[:6])
+    assert etas[6] < floors[6] and info[6]["below_floor"]  # the fallback
+    assert floors[7:] == [0.0, 0.0]
+
+
 def test_pruned_lists_give_the_complete_lists_kernel_output_bit_for_bit():
     # The kernel's claim the warm start rests on: on any sub-list that keeps every entry
     # dominance keeps, the candidates, edges and breakpoint are those of the complete list.
@@ -118,16 +160,21 @@ def test_pruned_lists_give_the_complete_lists_kernel_output_bit_for_bit():
     lf = losses.reshape(-1)
     ptr, C, flat, width = layout.complete
     tau = 4e-12 * float(np.abs(losses).max())
-    ref = _sparse_kernels.sparse_candidates(layout.labels, 2, C, flat, lf, tau, layout.ones, ptr=ptr, width=width)
-    ref = [np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in ref]
-    for margin in [tau, 0.003, 0.05, 10.0]:
-        optr, oC, of = np.empty(n + 1, dtype=np.int64), np.empty(C.size), np.empty(C.size, dtype=flat.dtype)
-        size, w, _ = _sparse_kernels.prune(ptr, C, flat, lf, layout.labels, np.full(2, margin), optr, oC, of)
-        assert size < C.size or margin == 10.0
-        got = _sparse_kernels.sparse_candidates(layout.labels, 2, oC[:size], of[:size], lf, tau, layout.ones,
-                                                ptr=optr, width=w)
-        for a, b in zip(got, ref):
-            np.testing.assert_array_equal(a, b)
+    # ... and so does the kernel with a floor (candidates exact for eta >= floor only): an entry
+    # dominance drops lies below an earlier kept one at the floor too, so it never sets the
+    # running maximum of the values at the floor
+    for floor in (0.0, 0.05, 1.0):
+        ref = _sparse_kernels.sparse_candidates(layout.labels, 2, C, flat, lf, tau, layout.ones, ptr=ptr, width=width,
+                                                floor=floor)
+        ref = [np.array(x, copy=True) if isinstance(x, np.ndarray) else x for x in ref]
+        for margin in [tau, 0.003, 0.05, 10.0]:
+            optr, oC, of = np.empty(n + 1, dtype=np.int64), np.empty(C.size), np.empty(C.size, dtype=flat.dtype)
+            size, w, _ = _sparse_kernels.prune(ptr, C, flat, lf, layout.labels, np.full(2, margin), optr, oC, of)
+            assert size < C.size or margin == 10.0
+            got = _sparse_kernels.sparse_candidates(layout.labels, 2, oC[:size], of[:size], lf, tau, layout.ones,
+                                                    ptr=optr, width=w, floor=floor)
+            for a, b in zip(got, ref):
+                np.testing.assert_array_equal(a, b)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -147,7 +147,8 @@ def narrow(solver, problem: TransportProblem, cand: _Candidates, a: _DualPoint, 
         return cand  # cannot happen (row lo_j(a) always qualifies); stay on the safe side
     starts = np.zeros(problem.n, dtype=np.intp)
     np.cumsum(counts[:-1], out=starts[1:])
-    return _Candidates(rows=cand.rows[keep], cols=cand.cols[keep], starts=starts, R=cand.R[keep], C=cand.C[keep])
+    return _Candidates(rows=cand.rows[keep], cols=cand.cols[keep], starts=starts, R=cand.R[keep], C=cand.C[keep],
+                       floor=cand.floor)
 
 
 def _tie_extremes(

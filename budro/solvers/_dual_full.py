@@ -273,10 +273,9 @@ class _FullState:
     by_anchor: np.ndarray | None = None
     #: The compiled certificate's last verdict: (stamp, losses, eta, tau, ok_x, ok_h, upper).
     verdict: tuple | None = None
-    #: The eta from which this solve's list kernel is exact (0: every eta), and how many solves
-    #: are still to run without one after a solve's eta* fell below its floor.
+    #: The eta from which this solve's list kernel is exact (0: every eta), and what chooses it.
     floor: float = 0.0
-    floor_rest: int = 0
+    floors: _dual_plan.EtaFloor = field(default_factory=_dual_plan.EtaFloor)
 
     @property
     def n(self) -> int:
@@ -1036,13 +1035,6 @@ class _KernelOutput:
 #: splices their output into the last one) while they are at most this share of the columns.
 _SPLICE_SHARE = 0.25
 
-#: A solve whose last solves were certified runs the list kernel exact for eta >= this share of
-#: the smallest of the last two eta* (``_sparse_numba._columns``' ``floor``: in a fit eta* rises
-#: from round to round, by 0.4-32 % at Adult); if eta* turns out lower, the kernel runs again
-#: without a floor, and no floor is used for the next _FLOOR_REST solves.
-_FLOOR_SHARE = 0.98
-_FLOOR_REST = 8
-
 
 def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndarray | None,
                 tau: float) -> _KernelOutput:
@@ -1149,16 +1141,12 @@ def _edges_eta(edge_e: np.ndarray, edge_dc: np.ndarray, last_cost: np.ndarray, e
     return 0.0 if need <= 0.0 else _sparse_kernels.select_breakpoint(edge_e, edge_dc, need)
 
 
-class _BelowFloor(Exception):
-    """The minimiser of g lies below the floor the candidates are exact from."""
-
-
 def _minimise(solver, problem: TransportProblem, cand: _Candidates):
     """Minimise g on the candidates: the breakpoint read-off, certified by one evaluation, else a
     Kelley cutting plane (as :class:`DualSolver`'s).  Returns (found, a, b, evaluations).
 
     Candidates exact for eta >= ``cand.floor`` > 0 only are evaluated there only: where the
-    read-off or the evaluation at the floor puts the minimiser below it, :class:`_BelowFloor` is
+    read-off or the evaluation at the floor puts the minimiser below it, ``BelowFloor`` is
     raised (the caller runs the kernel again without a floor).  Above the floor they give g and
     its argmax sets exactly, so a point found there is the minimiser of g on the lists (g is
     convex: 0 in its subdifferential at that point)."""
@@ -1166,7 +1154,7 @@ def _minimise(solver, problem: TransportProblem, cand: _Candidates):
     evals = 0
     floor = cand.floor
     if floor > 0.0 and not cand.breakpoint_eta >= floor:
-        raise _BelowFloor
+        raise _dual_plan.BelowFloor
 
     def probe(eta):
         nonlocal evals
@@ -1196,7 +1184,7 @@ def _minimise(solver, problem: TransportProblem, cand: _Candidates):
         if where == _OPTIMAL:
             return p, None, None, evals
         if where != _BELOW:  # (floor > 0: at 0, g never lies below its minimiser)
-            raise _BelowFloor
+            raise _dual_plan.BelowFloor
         a = p
     while a is not None and b is not None and evals < _MAX_CUTS:
         dr = problem.losses[a.lo, problem.labels] - problem.losses[b.hi, problem.labels]
@@ -1216,18 +1204,6 @@ def _minimise(solver, problem: TransportProblem, cand: _Candidates):
 
 
 # ---------------------------------------------------------------------------------------- entry points
-
-
-def _floor(solver, st: _FullState) -> float:
-    """The eta from which this solve's list kernel is exact: _FLOOR_SHARE of the smaller of the
-    last two certified eta* (0 without two, on the numpy path, and for _FLOOR_REST solves after
-    a solve whose eta* fell below its floor)."""
-    if st.floor_rest > 0:
-        st.floor_rest -= 1
-        return 0.0
-    if not compiled(solver) or len(st.etas) < 2:
-        return 0.0
-    return _FLOOR_SHARE * min(st.etas[-2:])
 
 
 def _settings(solver, st: _FullState, problem: TransportProblem):
@@ -1371,14 +1347,14 @@ def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> T
     failures = []
     attempts = 0
     evals = 0
-    st.floor = _floor(solver, st)
-    floor = st.floor
+    st.floor = floor = st.floors.next() if compiled(solver) else 0.0
     while True:
         cand = _candidates(solver, st, problem)
         try:
             found, a, b, k = _minimise(solver, problem, cand)
-        except _BelowFloor:  # eta* fell below the floor: the kernel again, exact everywhere
-            st.floor, st.floor_rest = 0.0, _FLOOR_REST
+        except _dual_plan.BelowFloor:  # eta* fell below the floor: the kernel again, exact everywhere
+            st.floor = 0.0
+            st.floors.missed()
             continue
         evals += k
         point = found if found is not None else (a if (b is None or (a is not None and a.value <= b.value)) else b)
@@ -1398,6 +1374,7 @@ def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> T
     st.kernel_output = st.dirty = None  # within a round only (early rounds' outputs are large)
     if certified and found is not None:
         st.etas = (st.etas + [float(point.eta)])[-8:]
+        st.floors.certified(point.eta)
     eps = problem.eps
     if found is not None:
         cheap, dear, switch = (found.lo, found.c_lo), (found.hi, found.c_hi), found.eta > 0.0

@@ -160,9 +160,11 @@ def stable_row_argsort(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, np.ascontiguousarray(s)
 
 
-def candidates(solver, problem: TransportProblem, red: Reduction) -> tuple[_Candidates, int]:
+def candidates(solver, problem: TransportProblem, red: Reduction, floor: float = 0.0) -> tuple[_Candidates, int]:
     """This round's candidate pairs of the reduced problem, with the expansion to the problem's
-    columns attached; and the number kept by dominance."""
+    columns attached; and the number kept by dominance.  ``floor``: as
+    :func:`budro.solvers._dual_sparse.sparse_candidates`'."""
     top, rep = red.reduce(problem.losses, compiled=_dual_sparse.compiled(solver))
-    cand, n_dom = list_candidates(solver, red.layout, top, problem.n, problem.eps, tie_margin(solver, problem))
+    cand, n_dom = list_candidates(solver, red.layout, top, problem.n, problem.eps, tie_margin(solver, problem),
+                                  floor)
     return dataclasses.replace(cand, expand=red.expander(rep)), n_dom

@@ -74,6 +74,41 @@ class _Candidates:
     floor: float = 0.0
 
 
+class BelowFloor(Exception):
+    """g was to be evaluated below the floor its candidates are exact from (``_Candidates.floor``):
+    the minimiser lies there, and the candidates must be made again without a floor."""
+
+
+class EtaFloor:
+    """The eta from which a warm solve's candidates are made exact (the compiled list kernel's
+    ``floor``, which keeps far fewer pairs): ``SHARE`` of the smaller of the last two certified
+    eta*, which rise from round to round in a fit (by 0.4-32 % at Adult); none before two, and
+    none for ``REST`` solves after one whose eta* fell below its floor (a solve that finds eta*
+    below the floor makes its candidates again without one)."""
+
+    SHARE = 0.98
+    REST = 8
+
+    def __init__(self):
+        self.etas: list[float] = []
+        self.rest = 0
+
+    def next(self) -> float:
+        """The floor of the next solve (0: none)."""
+        if self.rest > 0:
+            self.rest -= 1
+            return 0.0
+        return self.SHARE * min(self.etas) if len(self.etas) == 2 else 0.0
+
+    def certified(self, eta: float) -> None:
+        """A solve found and certified eta*."""
+        self.etas = (self.etas + [float(eta)])[-2:]
+
+    def missed(self) -> None:
+        """A solve's eta* lay below its floor."""
+        self.rest = self.REST
+
+
 # Position of a point relative to the minimiser of g.
 _OPTIMAL, _BELOW, _ABOVE = "optimal", "below", "above"
 

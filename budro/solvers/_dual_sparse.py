@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from budro.solvers import _sparse_kernels
+from budro.solvers._dual_plan import EtaFloor as _EtaFloor
 from budro.solvers._dual_plan import _Candidates, _upper_hulls, lazy_plan_result, tie_margin
 from budro.solvers._sparse_kernels import compiled
 from budro.transport import TransportProblem, TransportResult
@@ -53,6 +54,11 @@ class _SparseLayout:
     def breakpoint(self) -> "_sparse_kernels.WarmBreakpoint":
         """The selection of the minimiser of g on the hull edges, started from the last round's."""
         return _sparse_kernels.WarmBreakpoint()
+
+    @functools.cached_property
+    def floors(self) -> _EtaFloor:
+        """The floor a warm solve's compiled candidates are exact from (see ``_Candidates.floor``)."""
+        return _EtaFloor()
 
     @functools.cached_property
     def warm(self) -> "WarmLists":
@@ -247,7 +253,7 @@ def flat_index(rows: np.ndarray, labels: np.ndarray, K: int) -> np.ndarray:
     return np.ascontiguousarray(flat)
 
 
-def sparse_candidates(solver, problem: TransportProblem) -> tuple[_Candidates, int]:
+def sparse_candidates(solver, problem: TransportProblem, floor: float = 0.0) -> tuple[_Candidates, int]:
     """The listed pairs of a sparse cost that can ever be (near-)argmax pairs, O(n m).
 
     Two exact prunings, each dropping only pairs that lie more than ``tau`` (twice the largest
@@ -264,19 +270,20 @@ def sparse_candidates(solver, problem: TransportProblem) -> tuple[_Candidates, i
        column's upper concave hull of the points ``(C_ij, R_ij)`` (about 3 pairs on Adult).
 
     Returns the candidates (by column, in increasing cost within a column) and the number of
-    pairs kept by step 1.
+    pairs kept by step 1.  ``floor`` > 0: on the compiled path, candidates exact for eta >= floor
+    only (``_Candidates.floor``; step 1 compares the values at floor, far fewer pairs).
     """
     layout = sparse_layout(solver, problem)
-    return list_candidates(solver, layout, problem.losses, problem.n, problem.eps, tie_margin(solver, problem))
+    return list_candidates(solver, layout, problem.losses, problem.n, problem.eps, tie_margin(solver, problem), floor)
 
 
-def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float, tau: float
-                    ) -> tuple[_Candidates, int]:
+def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float, tau: float,
+                    floor: float = 0.0) -> tuple[_Candidates, int]:
     """:func:`sparse_candidates` on any lists in increasing cost per column: ``losses`` (rows, K)
     is what ``layout.flat`` indexes, ``n_total`` the number of columns counted with their
     multiplicities ``layout.weights`` (the plan's columns carry mass ``1 / n_total``)."""
     if compiled(solver):
-        return sparse_candidates_compiled(solver, layout, losses, n_total, eps, tau)
+        return sparse_candidates_compiled(solver, layout, losses, n_total, eps, tau, floor)
     n, m = layout.rows.shape
     losses_flat = losses.reshape(-1)
     width = int(max(1, min(n, solver.block_bytes // max(8 * m, 1))))
@@ -337,7 +344,7 @@ def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: 
 
 
 def sparse_candidates_compiled(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float,
-                               tau: float) -> tuple[_Candidates, int]:
+                               tau: float, floor: float = 0.0) -> tuple[_Candidates, int]:
     """:func:`list_candidates` by the compiled per-column kernel (module
     ``budro.solvers._sparse_kernels``), which also reads the minimiser of g off the exact hulls;
     on the lists of :class:`WarmLists` where its certificate holds (the same output)."""
@@ -345,12 +352,12 @@ def sparse_candidates_compiled(solver, layout: _SparseLayout, losses: np.ndarray
     lists = layout.warm.lists(layout, losses_flat, tau)
     rows, cols, R, C, n_dom, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
         layout.labels, layout.K, lists[1], lists[2], losses_flat, tau, layout.ones,
-        threads=solver.kernel_threads, workspace=layout.workspace, ptr=lists[0], width=lists[3])
+        threads=solver.kernel_threads, workspace=layout.workspace, ptr=lists[0], width=lists[3], floor=floor)
     total = float(last_cost.sum()) if layout.weights is None else float(last_cost @ layout.weights)
     need = total - n_total * eps
     eta = 0.0 if need <= 0.0 else layout.breakpoint(edge_e, edge_dc, need)
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta, compiled=True,
-                       weights=layout.weights, edges=(edge_e, edge_dc, last_cost)), n_dom
+                       weights=layout.weights, edges=(edge_e, edge_dc, last_cost), floor=float(floor)), n_dom
 
 
 #: Rounds of drift the first warm lists are pruned for; adapted between 1 and _WARM_MAX_HORIZON.

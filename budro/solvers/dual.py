@@ -287,9 +287,10 @@ class DualSolver(Solver):
         """The neighbour lists in cost order (cached per cost object and labels)."""
         return _dual_sparse.sparse_layout(self, problem)
 
-    def _sparse_candidates(self, problem: TransportProblem) -> tuple[_Candidates, int]:
-        """The listed pairs of a sparse cost that can ever be (near-)argmax pairs, O(n m)."""
-        return _dual_sparse.sparse_candidates(self, problem)
+    def _sparse_candidates(self, problem: TransportProblem, floor: float = 0.0) -> tuple[_Candidates, int]:
+        """The listed pairs of a sparse cost that can ever be (near-)argmax pairs, O(n m) (with
+        ``floor`` > 0, on the compiled path: that can be for some eta >= floor)."""
+        return _dual_sparse.sparse_candidates(self, problem, floor)
 
     @staticmethod
     def _breakpoint_eta(problem: TransportProblem, cand: _Candidates) -> float:
@@ -330,16 +331,28 @@ class DualSolver(Solver):
         reduced = None if sparse else _dual_lists.reduction(self, problem)
         if reduced is None:
             self.check_size(problem.n, sparse=sparse, held=bool(problem.cost.is_dense))
-        if sparse:
-            candidates, pruned_pairs = self._sparse_candidates(problem)
-            eta0 = self._breakpoint_eta(problem, candidates)
-        elif reduced is not None:
-            candidates, pruned_pairs = _dual_lists.candidates(self, problem, reduced)
+        # Lists (sparse or reduced) on the compiled path: candidates exact from a floor under the
+        # last rounds' eta* (far fewer pairs); should eta* lie below it, they are made again
+        # without one (_dual_plan.EtaFloor).
+        floors = None
+        if (sparse or reduced is not None) and _dual_sparse.compiled(self):
+            floors = (_dual_sparse.sparse_layout(self, problem) if sparse else reduced.layout).floors
+
+        def lists(floor: float) -> tuple[_Candidates, int]:
+            if sparse:
+                return self._sparse_candidates(problem, floor=floor)
+            return _dual_lists.candidates(self, problem, reduced, floor=floor)
+
+        if sparse or reduced is not None:
+            candidates, pruned_pairs = lists(floors.next() if floors is not None else 0.0)
             eta0 = self._breakpoint_eta(problem, candidates)
         initial_pairs = None if candidates is None else int(candidates.rows.size)
+        floor = 0.0 if candidates is None else candidates.floor
 
         def probe(eta: float) -> tuple[_DualPoint, str]:
             nonlocal n_eval, n_full
+            if candidates is not None and eta < candidates.floor:
+                raise _dual_plan.BelowFloor
             n_eval += 1
             if candidates is not None:
                 point = self._evaluate_candidates(problem, candidates, eta)
@@ -351,38 +364,50 @@ class DualSolver(Solver):
         def budget_left() -> bool:
             return n_eval < self.max_iter
 
-        # 1. Bracket the minimiser (warm start eta0 bracketed tightly first; _dual_plan.bracket).
-        found, a, b = _dual_plan.bracket(probe, budget_left, eta0)
+        def search(eta0):
+            nonlocal candidates
+            # 1. Bracket the minimiser (warm start eta0 bracketed tightly first; _dual_plan.bracket).
+            found, a, b = _dual_plan.bracket(probe, budget_left, eta0)
 
-        # 2. Kelley cutting plane on [a, b].  The supporting line at a uses the rows lo(a) (slope
-        #    eps - mean c_lo(a) < 0), the one at b the rows hi(b) (slope eps - mean c_hi(b) > 0);
-        #    eps * eta is common to both, so they meet where mean(R - eta C) agree.  Every column
-        #    difference below is >= 0 (argmax costs fall as eta grows), so the sums do not cancel.
-        #    Once the bracket is narrow enough, g is evaluated only on the pairs that can matter
-        #    inside it (tried again each time the bracket has halved since the last try).
-        stalled = False
-        tried_width = math.inf
-        while found is None and a is not None and b is not None and budget_left():
-            if b.eta - a.eta <= 0.5 * tried_width:
-                tried_width = b.eta - a.eta
-                if candidates is None:
-                    candidates = self._candidates(problem, a, b)
-                elif candidates.expand is None:  # a reduced problem's lists are short already
-                    candidates = self._narrow(problem, candidates, a, b)
-            dr = problem.losses[a.lo, problem.labels] - problem.losses[b.hi, problem.labels]
-            dc = a.c_lo - b.c_hi
-            den = float(dc.mean())
-            t = float(dr.mean()) / den if den > 0.0 else math.nan
-            if not (a.eta < t < b.eta):
-                stalled = True  # the bracket cannot shrink any more in floating point
-                break
-            point, where = probe(t)
-            if where == _OPTIMAL:
-                found = point
-            elif where == _BELOW:
-                a = point
-            else:
-                b = point
+            # 2. Kelley cutting plane on [a, b].  The supporting line at a uses the rows lo(a) (slope
+            #    eps - mean c_lo(a) < 0), the one at b the rows hi(b) (slope eps - mean c_hi(b) > 0);
+            #    eps * eta is common to both, so they meet where mean(R - eta C) agree.  Every column
+            #    difference below is >= 0 (argmax costs fall as eta grows), so the sums do not cancel.
+            #    Once the bracket is narrow enough, g is evaluated only on the pairs that can matter
+            #    inside it (tried again each time the bracket has halved since the last try).
+            stalled = False
+            tried_width = math.inf
+            while found is None and a is not None and b is not None and budget_left():
+                if b.eta - a.eta <= 0.5 * tried_width:
+                    tried_width = b.eta - a.eta
+                    if candidates is None:
+                        candidates = self._candidates(problem, a, b)
+                    elif candidates.expand is None:  # a reduced problem's lists are short already
+                        candidates = self._narrow(problem, candidates, a, b)
+                dr = problem.losses[a.lo, problem.labels] - problem.losses[b.hi, problem.labels]
+                dc = a.c_lo - b.c_hi
+                den = float(dc.mean())
+                t = float(dr.mean()) / den if den > 0.0 else math.nan
+                if not (a.eta < t < b.eta):
+                    stalled = True  # the bracket cannot shrink any more in floating point
+                    break
+                point, where = probe(t)
+                if where == _OPTIMAL:
+                    found = point
+                elif where == _BELOW:
+                    a = point
+                else:
+                    b = point
+            return found, a, b, stalled
+
+        try:
+            found, a, b, stalled = search(eta0)
+        except _dual_plan.BelowFloor:  # eta* lies below the floor: every candidate again
+            floors.missed()
+            candidates, pruned_pairs = lists(0.0)
+            found, a, b, stalled = search(self._breakpoint_eta(problem, candidates))
+        if floors is not None and found is not None:
+            floors.certified(found.eta)
 
         # 3. Primal recovery.  The argmax costs of a sparse cost are its listed costs, exactly what
         #    cost.entries would return, so they are passed on instead of being looked up again.
@@ -418,6 +443,8 @@ class DualSolver(Solver):
             "sparse": sparse,
             "reduced": None if reduced is None else (reduced.n_groups, reduced.n_classes),
             "full_evaluations": n_full,
+            "floor": floor,  # the candidates were first made exact from this eta (0: every eta)
+            "below_floor": floor > 0.0 and candidates.floor == 0.0,
         }
         if sparse or reduced is not None:
             # The argmax costs are the listed costs (of the neighbour lists, or the groups' costs
