@@ -246,15 +246,15 @@ def _argmax_sets(out, n, eta):
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), integer=st.booleans(), share=st.sampled_from([0.05, 0.3, 1.0, 3.0]),
-       rising=st.booleans())
-def test_list_kernel_with_a_floor_keeps_every_argmax_above_it(seed, integer, share, rising):
+       rising=st.booleans(), K=st.sampled_from([2, 3]))
+def test_list_kernel_with_a_floor_keeps_every_argmax_above_it(seed, integer, share, rising, K):
     """The list kernel with a floor keeps, at every eta >= floor, each column's largest value and
     all its argmax rows (exact ties included: integer losses and costs, duplicated points), and
     the hull edges above the floor; it keeps no more pairs than the kernel without one where the
     losses rise with the cost (as along a fit's lists)."""
     rng = np.random.default_rng(seed)
     n = 48
-    losses, labels, Z = make_instance(rng, n, 2, integer=integer, n_distinct=16)
+    losses, labels, Z = make_instance(rng, n, K, integer=integer, n_distinct=16)
     cost = EmbeddingCost(Z, cache_bytes=0)
     if rising:  # losses that rise along the columns' lists: far costs carry the larger losses
         losses = losses + 0.25 * (Z**2).sum(axis=1, keepdims=True)
@@ -263,7 +263,7 @@ def test_list_kernel_with_a_floor_keeps_every_argmax_above_it(seed, integer, sha
     floor = share * float(np.ptp(losses) + 1.0) / float(C.mean() + 1.0)
     outs = {}
     for f in (0.0, floor):
-        out = _sparse_kernels.sparse_candidates(labels, 2, C, flat, lf, 1e-9, np.ones(n), threads=1, ptr=ptr,
+        out = _sparse_kernels.sparse_candidates(labels, K, C, flat, lf, 1e-9, np.ones(n), threads=1, ptr=ptr,
                                                 width=n, floor=f)
         outs[f] = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in out)
     e0 = outs[0.0][5]
