@@ -1055,9 +1055,9 @@ def _run_kernel(solver, st: _FullState, problem: TransportProblem, cols: np.ndar
     rows, lcols, R, Cc, _, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
         labels, K, st.C, st.flat, losses_flat, tau, np.ones(n), threads=solver.kernel_threads, workspace=ws,
         width=width, spans=(lo, hi), floor=st.floor)
-    return _KernelOutput(losses=problem.losses, tau=tau, floor=st.floor, rows=rows.copy(), cols=lcols.copy(), R=R.copy(),
-                         C=Cc.copy(), starts=starts.copy(), counts=ws.col_count[:n].copy(), edge_e=edge_e.copy(),
-                         edge_dc=edge_dc.copy(), edge_counts=ws.edge_count[:n].copy(),
+    return _KernelOutput(losses=problem.losses, tau=tau, floor=st.floor, rows=rows.copy(), cols=lcols.copy(),
+                         R=R.copy(), C=Cc.copy(), starts=starts.copy(), counts=ws.col_count[:n].copy(),
+                         edge_e=edge_e.copy(), edge_dc=edge_dc.copy(), edge_counts=ws.edge_count[:n].copy(),
                          last_cost=last_cost[:n].copy())
 
 
