@@ -235,22 +235,16 @@ def solve_round(shards: Shards, hulls: list, n: int, eps: float, max_iter: int) 
 
     # DualSolver's bracketing from the breakpoint guess eta0 (budro.solvers._dual_plan.bracket).
     found, a, b = _dual_plan.bracket(probe, budget_left, eta0)
-    stalled = False
-    while found is None and a is not None and b is not None and budget_left():
+
+    def meet(a: Point, b: Point) -> float:  # the supporting lines' crossing, from the shards' sums
         sums = shards.call("kelley", a.eta, b.eta)
         dr = sum(s[0] for s in sums)
         dc = sum(s[1] for s in sums)
-        t = (dr / n) / (dc / n) if dc > 0.0 else math.nan
-        if not (a.eta < t < b.eta):
-            stalled = True
-            break
-        point, where = probe(t)
-        if where == "optimal":
-            found = point
-        elif where == "below":
-            a = point
-        else:
-            b = point
+        return (dr / n) / (dc / n) if dc > 0.0 else math.nan
+
+    stalled = False
+    if found is None:
+        found, a, b, stalled = _dual_plan.cutting_plane(probe, budget_left, a, b, meet)
     if found is not None:
         cheap, dear, switch, reported = (found.eta, "lo"), (found.eta, "hi"), found.eta > 0.0, found
     elif a is not None and b is not None:

@@ -1186,21 +1186,8 @@ def _minimise(solver, problem: TransportProblem, cand: _Candidates):
         if where != _BELOW:  # (floor > 0: at 0, g never lies below its minimiser)
             raise _dual_plan.BelowFloor
         a = p
-    while a is not None and b is not None and evals < _MAX_CUTS:
-        dr = problem.losses[a.lo, problem.labels] - problem.losses[b.hi, problem.labels]
-        dc = a.c_lo - b.c_hi
-        den = float(dc.mean())
-        t = float(dr.mean()) / den if den > 0.0 else math.nan
-        if not (a.eta < t < b.eta):
-            break
-        p, where = probe(t)
-        if where == _OPTIMAL:
-            return p, None, None, evals
-        if where == _BELOW:
-            a = p
-        else:
-            b = p
-    return None, a, b, evals
+    found, a, b, _ = _dual_plan.cutting_plane(probe, lambda: evals < _MAX_CUTS, a, b, _dual_plan.lines_meet(problem))
+    return (found, None, None, evals) if found is not None else (None, a, b, evals)
 
 
 # ---------------------------------------------------------------------------------------- entry points

@@ -514,3 +514,47 @@ def bracket(probe, budget_left, eta0: float | None):
         else:
             b = point
     return found, a, b
+
+
+def cutting_plane(probe, budget_left, a, b, meet, narrow=None):
+    """Kelley's cutting plane on a bracket ``g'+(a) < 0 < g'-(b)`` (from :func:`bracket`):
+    ``(found, a, b, stalled)``, ``found`` an optimal point or None (``budget_left()`` ran out, or
+    ``stalled``: the next point is not strictly inside the bracket, which then cannot shrink any
+    more in floating point).
+
+    The supporting line of g at a has slope ``eps - mean c_lo(a) < 0``, the one at b ``eps - mean
+    c_hi(b) > 0``; ``meet(a, b)`` gives the eta where they cross (``eps * eta`` is common to both,
+    so where ``mean(R - eta C)`` of the rows lo(a) and of the rows hi(b) agree), the next point.
+    ``narrow(a, b)``, optional, is called before each step (the caller may restrict its
+    candidates to the bracket).  Shared by :class:`~budro.solvers.dual.DualSolver`, the exact full
+    path and the distributed search of :mod:`budro.dask`."""
+    stalled = False
+    while a is not None and b is not None and budget_left():
+        if narrow is not None:
+            narrow(a, b)
+        t = meet(a, b)
+        if not (a.eta < t < b.eta):
+            stalled = True
+            break
+        point, where = probe(t)
+        if where == _OPTIMAL:
+            return point, a, b, False
+        if where == _BELOW:
+            a = point
+        else:
+            b = point
+    return None, a, b, stalled
+
+
+def lines_meet(problem: TransportProblem):
+    """:func:`cutting_plane`'s ``meet`` for points evaluated on ``problem`` (their argmax rows
+    ``lo``, ``hi`` and costs ``c_lo``, ``c_hi`` per column): every column difference is >= 0
+    (argmax costs fall as eta grows), so the sums do not cancel."""
+    losses, labels = problem.losses, problem.labels
+
+    def meet(a, b) -> float:
+        dr = losses[a.lo, labels] - losses[b.hi, labels]
+        den = float((a.c_lo - b.c_hi).mean())
+        return float(dr.mean()) / den if den > 0.0 else float("nan")
+
+    return meet

@@ -364,41 +364,26 @@ class DualSolver(Solver):
         def budget_left() -> bool:
             return n_eval < self.max_iter
 
+        tried_width = math.inf
+
+        def narrow(a: _DualPoint, b: _DualPoint) -> None:
+            # Once the bracket is narrow enough, g is evaluated only on the pairs that can matter
+            # inside it (tried again each time the bracket has halved since the last try).
+            nonlocal candidates, tried_width
+            if b.eta - a.eta <= 0.5 * tried_width:
+                tried_width = b.eta - a.eta
+                if candidates is None:
+                    candidates = self._candidates(problem, a, b)
+                elif candidates.expand is None:  # a reduced problem's lists are short already
+                    candidates = self._narrow(problem, candidates, a, b)
+
         def search(eta0):
-            nonlocal candidates
             # 1. Bracket the minimiser (warm start eta0 bracketed tightly first; _dual_plan.bracket).
             found, a, b = _dual_plan.bracket(probe, budget_left, eta0)
-
-            # 2. Kelley cutting plane on [a, b].  The supporting line at a uses the rows lo(a) (slope
-            #    eps - mean c_lo(a) < 0), the one at b the rows hi(b) (slope eps - mean c_hi(b) > 0);
-            #    eps * eta is common to both, so they meet where mean(R - eta C) agree.  Every column
-            #    difference below is >= 0 (argmax costs fall as eta grows), so the sums do not cancel.
-            #    Once the bracket is narrow enough, g is evaluated only on the pairs that can matter
-            #    inside it (tried again each time the bracket has halved since the last try).
-            stalled = False
-            tried_width = math.inf
-            while found is None and a is not None and b is not None and budget_left():
-                if b.eta - a.eta <= 0.5 * tried_width:
-                    tried_width = b.eta - a.eta
-                    if candidates is None:
-                        candidates = self._candidates(problem, a, b)
-                    elif candidates.expand is None:  # a reduced problem's lists are short already
-                        candidates = self._narrow(problem, candidates, a, b)
-                dr = problem.losses[a.lo, problem.labels] - problem.losses[b.hi, problem.labels]
-                dc = a.c_lo - b.c_hi
-                den = float(dc.mean())
-                t = float(dr.mean()) / den if den > 0.0 else math.nan
-                if not (a.eta < t < b.eta):
-                    stalled = True  # the bracket cannot shrink any more in floating point
-                    break
-                point, where = probe(t)
-                if where == _OPTIMAL:
-                    found = point
-                elif where == _BELOW:
-                    a = point
-                else:
-                    b = point
-            return found, a, b, stalled
+            if found is not None:
+                return found, a, b, False
+            # 2. Kelley cutting plane on [a, b] (_dual_plan.cutting_plane).
+            return _dual_plan.cutting_plane(probe, budget_left, a, b, _dual_plan.lines_meet(problem), narrow)
 
         try:
             found, a, b, stalled = search(eta0)
