@@ -30,6 +30,7 @@ from sklearn.exceptions import NotFittedError  # noqa: E402
 from budro import BuDROClassifier  # noqa: E402
 from budro.dask import ClusterError, DaskBuDROClassifier  # noqa: E402
 from budro.exceptions import ValidationError  # noqa: E402
+from budro.solvers import _sparse_kernels  # noqa: E402
 from budro.solvers.dual import DualSolver  # noqa: E402
 from budro.transport import NeighborCost, TransportProblem  # noqa: E402
 
@@ -476,22 +477,27 @@ class _InProcess:
         return [getattr(s, method)(*(per_shard[a] if per_shard is not None else args)) for a, s in enumerate(self.shards)]
 
 
-def _distributed_round(parts, eps, guess=None, monkeypatch=None):
+def _distributed_round(parts, eps, guess=None, monkeypatch=None, floors=None, shards=None):
     """The client's round (hulls, search, budget split, recovery) on in-process shards; returns
-    the global objective, transport cost, eta, certified flag and the weights in shard order."""
+    the global objective, transport cost, eta, certified flag and the weights in shard order.
+    ``floors``: the hulls exact from its floor (as a fit's rounds after the first two);
+    ``shards``: those of an earlier round (their losses replaced), else new ones."""
     from budro.dask import _search
     from budro.dask._shard import Shard
 
-    shards = [Shard.on_lists(L, y, cost, DualSolver(), _Weights()) for L, y, cost in parts]
+    if shards is None:
+        shards = [Shard.on_lists(L, y, cost, DualSolver(), _Weights()) for L, y, cost in parts]
+    else:
+        for s, (L, _, _) in zip(shards, parts):
+            s.losses = L
     for s in shards:
         s.round_losses = None  # the losses are given
     group = _InProcess(shards)
     N = sum(s.n for s in shards)
     scale = max(float(np.abs(L).max()) for L, _, _ in parts)
-    hulls = group.call("hulls", scale, eps, _search.N_QUANTILES)
     if guess is not None:
         monkeypatch.setattr(_search, "select_breakpoint", lambda *a: (guess(a), 0))
-    solve = _search.solve_round(group, hulls, N, eps, 100)
+    _, solve, _ = _search.hulls_and_solve(group, scale, N, eps, 100, floors)
     shares = _search.budget_shares(group, solve, N, eps)
     steps = group.call("recover_and_step", per_shard=[(solve.cheap, solve.dear, solve.switch, s) for s in shares])
     objective = sum(r[0] * s.n for r, s in zip(steps, shards)) / N
@@ -579,6 +585,40 @@ def test_property_distributed_search_is_the_dual_solve_on_the_union(monkeypatch,
             nb, nc = shard.own_lists()
             np.testing.assert_array_equal(nb, cost.neighbors)
             np.testing.assert_array_equal(nc, cost.neighbor_costs)
+
+
+def test_hulls_from_a_floor_follow_rising_eta_and_fall_back_when_it_drops():
+    """Rounds whose budget shrinks (eta* rises, as in a fit) and then grows: from the third round
+    the shards' hulls are exact from a floor under the last two eta* (fewer breakpoints); the
+    round whose eta* falls below it makes them again without one.  Every round is DualSolver's
+    solve on the union of the lists (a fresh solver, from 0)."""
+    from budro.solvers import _dual_plan
+
+    rng = np.random.default_rng(4)
+    parts = _random_parts(rng, [50, 40], 2, 6, ties=True)
+    for k, (L, y, cost) in enumerate(parts):  # losses that rise with the distance, as in a fit
+        parts[k] = (L + 0.3 * cost.neighbor_costs.mean(axis=1, keepdims=True), y, cost)
+    union = _union(parts, 0.0)
+    mean_max = float(union.cost.neighbor_costs.max(axis=1).mean())
+    floors = _dual_plan.EtaFloor()
+    shards, used, below = None, [], []
+    for budget in [0.32, 0.28, 0.22, 0.16, 0.5, 0.45]:
+        eps = budget * mean_max
+        problem = TransportProblem(union.losses, union.labels, union.cost, eps)
+        expected = DualSolver().solve(problem)
+        objective, transport, solve, weights = _distributed_round(parts, eps, floors=floors, shards=shards)
+        shards = _distributed_round.last
+        assert solve.certified and solve.eta == pytest.approx(expected.eta, rel=1e-9, abs=1e-12)
+        assert objective == pytest.approx(expected.objective, rel=1e-9, abs=1e-12)
+        assert transport <= eps * (1 + 1e-9) + 1e-15
+        used.append(solve.info["floor"])
+        below.append(floors.rest == _dual_plan.EtaFloor.REST)
+    if not _sparse_kernels.available():  # the numpy path makes no hulls from a floor
+        assert used == [0.0] * 6
+        return
+    assert used[:2] == [0.0, 0.0] and used[2] > 0.0 and used[3] > 0.0
+    assert not any(below[:4]) and below[4]  # the budget grown: eta* under the floor, the fallback
+    assert used[5] == 0.0  # and no floor for the next rounds
 
 
 def test_tracker_is_started_with_a_bootstrap_and_shutdown_timeout():

@@ -57,7 +57,8 @@ from budro.budget import check_budget, check_eps_unit, effective_eps
 from budro.core import RoundInfo, RoundRecord, _check_eps, _check_n_neighbors, _check_n_steps
 from budro.estimator import BuDROClassifier, adopt_table
 from budro.exceptions import ConvergenceWarning, NumericalError, ValidationError
-from budro.dask._search import N_QUANTILES, ClusterError, Shards, budget_shares, solve_round
+from budro.solvers import _dual_plan
+from budro.dask._search import ClusterError, Shards, budget_shares, hulls_and_solve
 
 __all__ = ["DaskBuDROClassifier", "DaskRoundRecord", "ClusterError", "PARTITIONINGS"]
 
@@ -697,6 +698,7 @@ class DaskBuDROClassifier(BuDROClassifier):
             bar = ProgressBar()
             callbacks += (bar,)
         history: list[DaskRoundRecord] = []
+        floors = _dual_plan.EtaFloor()  # the shards' hulls exact from a floor under the last rounds' eta*
         t_rounds = time.perf_counter()
         try:
             losses = shards.call("round_losses")  # later rounds' losses come with the previous step
@@ -710,9 +712,7 @@ class DaskBuDROClassifier(BuDROClassifier):
                 plain = sum(r[0] for r in losses) / N
                 scale = max(r[1] for r in losses)
                 t1 = time.perf_counter()
-                hulls = shards.call("hulls", scale, eps, N_QUANTILES)
-                t2 = time.perf_counter()
-                solve = solve_round(shards, hulls, N, eps, solver.max_iter)
+                hulls, solve, t_hulls = hulls_and_solve(shards, scale, N, eps, solver.max_iter, floors)
                 shares = budget_shares(shards, solve, N, eps)
                 t3 = time.perf_counter()
                 last = t == p["n_steps"] - 1
@@ -730,7 +730,7 @@ class DaskBuDROClassifier(BuDROClassifier):
                     transport_cost=float(transport), solver_iterations=int(solve.n_eval), time_losses=t_losses,
                     time_solve=(t3 - t1) + t_rec, time_tree=max(0.0, (t4 - t3) - t_rec - t_next),
                     converged=bool(solve.certified or solve.stalled), gap=float(solve.dual_objective - objective),
-                    time_hulls=t2 - t1, time_search=t3 - t2, time_recover=t_rec,
+                    time_hulls=t_hulls, time_search=t3 - t1 - t_hulls, time_recover=t_rec,
                     worker_time_hulls=max(h[4] for h in hulls), worker_time_tree=max(s[5] for s in steps),
                     worker_cpu_hulls=max(h[6] for h in hulls), worker_cpu_tree=max(s[7] for s in steps),
                     bytes_sent=traffic.sent, bytes_received=traffic.received, calls=traffic.calls,

@@ -212,15 +212,42 @@ def _exact_pick(windows: list, need: float) -> float:
     return float(values[reach[0]] if reach.size else values[-1])
 
 
+def hulls_and_solve(shards: Shards, scale: float, n: int, eps: float, max_iter: int,
+                    floors: _dual_plan.EtaFloor | None = None) -> tuple[list, Solve, float]:
+    """This round's hulls on every shard and its eta* (:func:`solve_round`): ``(hulls, solve,
+    seconds of the hulls)``.  ``floors`` (kept by the caller from round to round): the hulls are
+    made exact from its floor under the last rounds' eta* (fewer pairs, as DualSolver's lists);
+    should eta* lie below it, every shard makes its hulls again without one."""
+    t0 = time.perf_counter()
+    hulls = shards.call("hulls", scale, eps, N_QUANTILES, floors.next() if floors is not None else 0.0)
+    seconds = time.perf_counter() - t0
+    try:
+        solve = solve_round(shards, hulls, n, eps, max_iter)
+    except _dual_plan.BelowFloor:
+        floors.missed()
+        t0 = time.perf_counter()
+        hulls = shards.call("hulls", scale, eps, N_QUANTILES, 0.0)
+        seconds += time.perf_counter() - t0
+        solve = solve_round(shards, hulls, n, eps, max_iter)
+    if floors is not None and solve.certified:
+        floors.certified(solve.eta)
+    return hulls, solve, seconds
+
+
 def solve_round(shards: Shards, hulls: list, n: int, eps: float, max_iter: int) -> Solve:
     """eta* for this round: the breakpoint selection, certified by one evaluation, else
-    DualSolver's bracketing and cutting plane on the shards' sums."""
+    DualSolver's bracketing and cutting plane on the shards' sums.  Hulls exact from a floor
+    (``hulls[a][7]``) are evaluated at eta >= floor only: :class:`_dual_plan.BelowFloor` is raised
+    where the search would go below it (the minimiser lies there)."""
+    floor = max((h[7] for h in hulls), default=0.0)
     eta0, steps = select_breakpoint(shards, hulls, n, eps)
     n_eval = 0
     kept: list[float] = []
 
     def probe(eta: float) -> tuple[Point, str]:
         nonlocal n_eval
+        if eta < floor:
+            raise _dual_plan.BelowFloor
         n_eval += 1
         kept_now = [k for k in kept]
         replies = shards.call("evaluate", float(eta), kept_now)
@@ -258,7 +285,8 @@ def solve_round(shards: Shards, hulls: list, n: int, eps: float, max_iter: int) 
     return Solve(eta=reported.eta, dual_objective=reported.value, cheap=cheap, dear=dear, switch=switch,
                  certified=found is not None, stalled=stalled, n_eval=n_eval, selection_steps=steps,
                  eta_guess=eta0, info={"bracket": (a.eta if a else math.nan, b.eta if b else math.nan),
-                                       "split_sums": found.gains if found is not None else None})
+                                       "split_sums": found.gains if found is not None else None,
+                                       "floor": floor})
 
 
 def budget_shares(shards: Shards, solve: Solve, n: int, eps: float) -> list[tuple]:

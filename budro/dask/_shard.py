@@ -185,13 +185,14 @@ class Shard:
         scale = float(np.abs(L).max()) if not bad else math.nan
         return plain, scale, bad, time.perf_counter() - t0
 
-    def hulls(self, scale: float, eps: float, n_quantiles: int) -> tuple:
+    def hulls(self, scale: float, eps: float, n_quantiles: int, floor: float = 0.0) -> tuple:
         """Prune this shard's lists to their upper hulls (with the global tie margin) and keep the
-        hulls' breakpoints in increasing order with the cumulative cost drops.
+        hulls' breakpoints in increasing order with the cumulative cost drops; ``floor`` > 0: hulls
+        exact for eta >= floor only (on the compiled path; see ``_Candidates.floor``).
 
         Returns ``(top, n_edges, largest breakpoint, quantiles of the breakpoints, seconds, summed
-        drops of all breakpoints, CPU seconds of this thread)``; ``top`` is the summed cost of every column's hull top (the
-        cheapest argmax at eta = 0+)."""
+        drops of all breakpoints, CPU seconds of this thread, the floor the hulls are exact from)``;
+        ``top`` is the summed cost of every column's hull top (the cheapest argmax at eta = 0+)."""
         from budro.solvers._dual_plan import tie_margin
         from budro.solvers._dual_sparse import list_candidates, sparse_layout
         from budro.transport import TransportProblem
@@ -200,7 +201,7 @@ class Shard:
         self.problem = TransportProblem(*self._numbered(), self.cost, eps)
         layout = sparse_layout(self.solver, self.problem)
         tau = tie_margin(self.solver, _Scale(scale))
-        cand, _ = list_candidates(self.solver, layout, self.problem.losses, self.n, eps, tau)
+        cand, _ = list_candidates(self.solver, layout, self.problem.losses, self.n, eps, tau, floor)
         self.cand = cand
         self.scale = float(scale)
         if cand.edges is not None:  # the compiled kernel read the exact hulls' breakpoints off already
@@ -212,7 +213,7 @@ class Shard:
         self.E, self.D = e[order], np.cumsum(dC[order])
         return (top, int(self.E.size), float(self.E[-1]) if self.E.size else 0.0,
                 self._quantiles(0, self.E.size, n_quantiles), time.perf_counter() - t0,
-                float(self.D[-1]) if self.D.size else 0.0, time.thread_time() - c0)
+                float(self.D[-1]) if self.D.size else 0.0, time.thread_time() - c0, float(cand.floor))
 
     def _numbered(self) -> tuple[np.ndarray, np.ndarray]:
         """This round's losses and the labels in the numbering of the lists (``perm``: renumbered
