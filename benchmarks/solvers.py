@@ -529,7 +529,9 @@ def _full_part(part: str, opts: dict) -> dict:
             wall, cpu = time.perf_counter() - w0, time.process_time() - c0
             assert r.converged and r.info["full"] and r.transport_cost <= eps * (1 + 1e-9)
             rounds.append({"t": t, "wall": wall, "cpu": cpu, "rescanned": r.info["rescanned_columns"],
-                           "pairs": r.info["list_pairs"], "eta": r.eta, "g": r.dual_objective})
+                           "pairs": r.info["list_pairs"], "eta": r.eta, "g": r.dual_objective,
+                           "candidates": r.info["candidate_pairs"], "floor": r.info.get("floor", 0.0),
+                           "below_floor": bool(r.info.get("below_floor", False))})
             if t in check_at:
                 w0 = time.perf_counter()
                 d = DualSolver(full_min_n=None, max_dense_n=None).solve(problem)
@@ -659,7 +661,11 @@ def full_report(args) -> str:
         f"Rounds without any rescan: {zero} of {len(warm)}.  Pairs kept on the lists: "
         f"{min(r['pairs'] for r in warm)}-{max(r['pairs'] for r in warm)} "
         f"({max(r['pairs'] for r in warm) / a['n']:.0f} per column at most).  Peak RSS of the process: "
-        f"{a['rss_mib']:.0f} MiB.  Every round converged (certified).",
+        f"{a['rss_mib']:.0f} MiB.  Every round converged (certified).  The list kernel's candidates exact "
+        f"from a floor under the last two eta* (docs/solvers.md) in {sum(r.get('floor', 0.0) > 0 for r in warm)} "
+        f"of {len(warm)} warm rounds, eta* below the floor (candidates made again) in "
+        f"{sum(r.get('below_floor', False) for r in warm)}; candidate pairs per warm round, median "
+        f"{float(np.median([r.get('candidates', 0) for r in warm])):.0f}.",
         "",
     ]
     per = [f"{r['t']}: {1e3 * r['wall']:.0f}/{1e3 * r['cpu']:.0f} ms, {r['rescanned']}" for r in a["rounds"][1:]]
