@@ -8,6 +8,8 @@ duplicated points and tied losses, with both pruning kernels.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -233,3 +235,174 @@ def test_stable_row_argsort_is_numpys_stable_argsort(rows, cols, values, seed):
     want = np.argsort(a, axis=1, kind="stable")
     np.testing.assert_array_equal(order, want)
     np.testing.assert_array_equal(s, np.take_along_axis(a, want, axis=1))
+
+
+# --- numpy passes from a floor (budro.solvers._dual_sparse.floored_candidates, WarmHeads) -------
+
+
+def _layout_of(problem, solver=None):
+    solver = DualSolver(kernel="numpy") if solver is None else solver
+    red = _dual_lists.reduction(solver, problem)
+    return red, red.layout
+
+
+def _evaluations_agree(problem, solver, full, floored, etas):
+    """g restricted to ``floored`` equals g on ``full`` (every pair that can ever tie) at each eta:
+    value, argmax rows lo / hi and their costs, bit for bit."""
+    from budro.solvers import _dual_plan
+
+    for eta in etas:
+        a = _dual_plan.evaluate_candidates(solver, problem, full, eta)
+        b = _dual_plan.evaluate_candidates(solver, problem, floored, eta)
+        assert a.value == b.value
+        for field in ("lo", "hi", "c_lo", "c_hi"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 40), K=st.sampled_from([2, 3]), integer=st.booleans(), shared=st.booleans(),
+       near_ties=st.booleans(), seed=st.integers(0, 2**32 - 1),
+       floor_share=st.sampled_from([1e-3, 0.05, 0.3, 1.0, 3.0, "breakpoint"]), drift=st.sampled_from([0.0, 1e-6, 1e-3, 0.1]),
+       rounds=st.integers(1, 8), jump=st.integers(0, 8))
+def test_property_numpy_candidates_from_a_floor_evaluate_as_the_whole_lists_above_it(
+        n, K, integer, shared, near_ties, seed, floor_share, drift, rounds, jump):
+    """At any eta >= floor (the floor itself, the whole lists' hull breakpoints above it, random
+    values, a large one) g on the numpy candidates made from the floor -- the heads, dominance at
+    the floor and hulls, with heads carried over drifting rounds (WarmHeads' certificate), a
+    round whose losses jump and floors that rise, stay or fall -- has the value and the argmax
+    rows of g on the whole lists' candidates, with exact ties (integer losses, copies sharing
+    losses), near ties (within the tie tolerance), duplicated points and K = 2, 3."""
+    from budro.solvers._dual_plan import breakpoint_eta
+    from budro.solvers._dual_sparse import floored_candidates
+
+    rng = np.random.default_rng(seed)
+    losses, labels, Z = make_instance(rng, n, K, n_distinct=max(1, n // 2), integer=integer, d=2)
+    if shared:
+        _, first, inverse = np.unique(Z, axis=0, return_index=True, return_inverse=True)
+        losses = losses[first][inverse.reshape(-1)]
+    cost = EmbeddingCost(Z)
+    solver = DualSolver(kernel="numpy")
+    eps = 0.1 * float(cost.column_block(0, n).mean())
+    floor = None
+    for t in range(rounds):
+        if t:  # a later round: losses moved (by at most drift, or far), the floor rose, stayed or fell
+            step = 1e3 * drift + 0.5 if t == jump else drift
+            losses = losses + rng.uniform(-step, step, size=losses.shape)
+            floor *= float(rng.choice([1.0, 1.0 + rng.random(), 0.5]))
+        if near_ties:  # values apart by less than the tie tolerance (but not equal)
+            losses = losses + rng.uniform(-1e-13, 1e-13, size=losses.shape) * np.abs(losses).max()
+        problem = TransportProblem(losses, labels, cost, eps)
+        red, layout = _layout_of(problem, solver)
+        top, rep = red.reduce(problem.losses)
+        tau = _dual_plan_tau(solver, problem)
+        whole, _ = _dual_sparse_list(solver, layout, top, problem, tau, 0.0)
+        # the slopes between consecutive candidates of a column: the hulls' breakpoints among them
+        same = whole.cols[1:] == whole.cols[:-1]
+        dC = np.diff(whole.C)[same]
+        V_slopes = np.unique(np.diff(whole.R)[same][dC > 0] / dC[dC > 0])
+        V_slopes = V_slopes[V_slopes > 0]
+        if floor is None:
+            if floor_share == "breakpoint" and V_slopes.size:  # entries tie at the floor itself
+                floor = float(rng.choice(V_slopes))
+            else:
+                spread = float(np.ptp(top)) + 1.0
+                floor = (0.3 if floor_share == "breakpoint" else floor_share) * spread / max(float(layout.C.max()), 1e-12)
+        floored, _ = floored_candidates(layout, top, tau, floor)
+        assert floored.floor == floor and floored.rows.size <= whole.rows.size
+        whole_e = [breakpoint_eta(problem, whole)]
+        etas = [floor, floor * (1 + 1e-12), 10 * floor + 1.0, *rng.uniform(floor, 4 * floor + 1, 5),
+                *[e for e in whole_e + list(V_slopes) if e >= floor and np.isfinite(e)]]
+        whole = dataclasses.replace(whole, expand=red.expander(rep))
+        floored = dataclasses.replace(floored, expand=red.expander(rep))
+        _evaluations_agree(problem, solver, whole, floored, etas)
+
+
+def _dual_plan_tau(solver, problem):
+    from budro.solvers._dual_plan import tie_margin
+
+    return tie_margin(solver, problem)
+
+
+def _dual_sparse_list(solver, layout, top, problem, tau, floor):
+    from budro.solvers._dual_sparse import list_candidates
+
+    return list_candidates(solver, layout, top, problem.n, problem.eps, tau, floor, compiled=False)
+
+
+def test_numpy_lists_from_a_floor_in_a_fit_like_sequence_equal_fresh_solves_and_highs():
+    """A warm numpy solver over rounds of slowly drifting losses with the budget shrinking (eta*
+    rising, as in a fit), then raised (eta* below the floor: the fallback): candidates from a
+    floor in most rounds, the heads carried in most of those, and every round's result that of a
+    fresh solver (which has no floor), of the compiled kernel where numba is installed, and of
+    HiGHS."""
+    rng = np.random.default_rng(61)
+    n = 160
+    losses, labels, Z = make_instance(rng, n, 2, n_distinct=110, integer=False, d=2)
+    losses = losses + 0.3 * (Z**2).sum(axis=1, keepdims=True)
+    cost = EmbeddingCost(Z)
+    mean = float(cost.column_block(0, n).mean())
+    warm = DualSolver(kernel="numpy")
+    floors, below = [], []
+    for t in range(30):
+        eps = mean * (0.3 * 0.97**t if t < 26 else 0.6)
+        losses = losses + rng.uniform(-1e-4, 1e-4, size=losses.shape)
+        problem = TransportProblem(losses, labels, cost, eps)
+        res = warm.solve(problem)
+        ref = DualSolver(kernel="numpy").solve(problem)
+        assert res.eta == ref.eta and res.objective == ref.objective
+        np.testing.assert_array_equal(res.weights, ref.weights)
+        assert (res.plan != ref.plan).nnz == 0
+        if _sparse_kernels.available():
+            compiled = DualSolver(kernel="numba").solve(problem)
+            assert compiled.eta == res.eta and compiled.objective == pytest.approx(res.objective, rel=1e-13)
+            np.testing.assert_array_equal(compiled.weights, res.weights)
+        if t % 5 == 0:
+            assert_same_optimum(res, LPSolver().solve(problem))
+        floors.append(res.info["floor"])
+        below.append(res.info["below_floor"])
+    heads = warm._reduction_cache.layout.heads
+    assert sum(f > 0 for f in floors) >= 20 and heads.warm_rounds >= 10 and heads.anchors >= 2
+    assert any(below[26:])  # the raised budget put eta* below the floor: made again without one
+
+
+def test_auto_prunes_complete_lists_in_numpy_until_numba_has_started(monkeypatch):
+    """kernel="auto" on complete lists: numpy passes while numba has not started in the process
+    (its start would cost more than a small problem's whole fit), the compiled kernel once it
+    has; "numba" and "numpy" as asked.  Same result either way."""
+    rng = np.random.default_rng(62)
+    n = 120
+    losses, labels, Z = make_instance(rng, n, 2, n_distinct=80, integer=True)
+    problem = TransportProblem(losses, labels, EmbeddingCost(Z), 0.5)
+    results = {}
+    for started in (False, True):
+        monkeypatch.setattr(_sparse_kernels, "started", lambda started=started: started)
+        assert _dual_lists.compiled(DualSolver()) is (started and _sparse_kernels.available())
+        assert _dual_lists.compiled(DualSolver(kernel="numpy")) is False
+        results[started] = DualSolver().solve(problem)
+    if _sparse_kernels.available():
+        assert _dual_lists.compiled(DualSolver(kernel="numba")) is True
+    assert results[False].eta == results[True].eta
+    np.testing.assert_array_equal(results[False].weights, results[True].weights)
+    assert results[False].objective == pytest.approx(results[True].objective, rel=1e-13)
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed (pip install 'budro[fast]')")
+def test_a_fit_on_complete_lists_is_the_same_with_either_kernel():
+    """A BuDRO fit on a full problem with duplicated points (complete lists, floors and carried
+    heads in numpy, warm lists in numba): the same weights every round, so the same trees and
+    predictions to the bit."""
+    from budro import BuDROClassifier
+
+    rng = np.random.default_rng(63)
+    n = 300
+    X = rng.normal(size=(60, 4))[rng.integers(0, 60, size=n)]
+    y = (X[:, 0] + 0.5 * rng.normal(size=n) > 0).astype(int)
+    fits = {}
+    for kernel in ("numpy", "numba"):
+        clf = BuDROClassifier(backend="xgboost", backend_params={"max_depth": 2, "learning_rate": 0.05},
+                              n_steps=25, eps=0.05, random_state=0, solver="dual",
+                              solver_params={"kernel": kernel}).fit(X, y)
+        fits[kernel] = clf
+    np.testing.assert_array_equal(fits["numpy"].predict_proba(X), fits["numba"].predict_proba(X))
+    layout = fits["numpy"].solver_._reduction_cache.layout
+    assert layout.heads.anchors >= 1  # the numpy fit made candidates from a floor

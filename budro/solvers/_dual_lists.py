@@ -160,11 +160,25 @@ def stable_row_argsort(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, np.ascontiguousarray(s)
 
 
-def candidates(solver, problem: TransportProblem, red: Reduction, floor: float = 0.0) -> tuple[_Candidates, int]:
+def compiled(solver) -> bool:
+    """Whether the complete lists are pruned by the compiled kernel: ``kernel="numba"``, or
+    ``"auto"`` once numba has started in this process.  Otherwise numpy passes
+    (:func:`budro.solvers._dual_sparse.floored_candidates`): on these lists (at most
+    ``_MAX_PAIRS`` pairs) a whole fit's solves take less than numba's start (0.3-0.5 s of import
+    and target initialisation in a fresh process; German's 500 rounds: numpy solves about 0.4 s
+    in all, the compiled ones 0.15 s plus the start).  Both give the same result."""
+    return solver.kernel == "numba" or (solver.kernel == "auto" and _sparse_kernels.started()
+                                         and _sparse_kernels.available())
+
+
+def candidates(solver, problem: TransportProblem, red: Reduction, floor: float = 0.0, *,
+               compiled: bool) -> tuple[_Candidates, int]:
     """This round's candidate pairs of the reduced problem, with the expansion to the problem's
     columns attached; and the number kept by dominance.  ``floor``: as
-    :func:`budro.solvers._dual_sparse.sparse_candidates`'."""
-    top, rep = red.reduce(problem.losses, compiled=_dual_sparse.compiled(solver))
+    :func:`budro.solvers._dual_sparse.sparse_candidates`'; ``compiled``: by the compiled kernel
+    (:func:`compiled`)."""
+    use_compiled = compiled
+    top, rep = red.reduce(problem.losses, compiled=use_compiled)
     cand, n_dom = list_candidates(solver, red.layout, top, problem.n, problem.eps, tie_margin(solver, problem),
-                                  floor)
+                                  floor, compiled=use_compiled)
     return dataclasses.replace(cand, expand=red.expander(rep)), n_dom

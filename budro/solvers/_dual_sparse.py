@@ -77,6 +77,33 @@ class _SparseLayout:
         """(m, n) costs in float32, list position major (the pruning scans)."""
         return np.ascontiguousarray(self.C.T, dtype=np.float32)
 
+    @functools.cached_property
+    def heads(self) -> "WarmHeads":
+        """The heads of the numpy path's lists carried from one round to the next."""
+        return WarmHeads()
+
+    @functools.cached_property
+    def max_cost(self) -> float:
+        return float(self.C.max()) if self.C.size else 0.0
+
+    @functools.cached_property
+    def prefix_keys(self) -> tuple | None:
+        """``(keys, step, shifts, offsets, flat, first_C, first_flat)`` for
+        :func:`floored_candidates`' head search: the costs flattened with column j shifted by
+        ``shifts[j] = j * step`` (a power of two above twice the largest cost), so that one
+        ``searchsorted`` finds every column's head at once; ``offsets[j] = j m``; ``flat``
+        flattened as indices; the cost and flat index of each list's first entry.
+        None where a cost is not finite or negative (the lists are then scanned whole)."""
+        n, m = self.rows.shape
+        C = self.C
+        if C.size == 0 or not np.isfinite(C).all() or C.min() < 0.0:
+            return None
+        step = 2.0 ** np.ceil(np.log2(2.0 * float(C.max()) + 2.0))
+        shifts = step * np.arange(n)
+        flat = self.flat.reshape(-1).astype(np.intp)
+        return ((C + shifts[:, None]).reshape(-1), float(step), shifts, np.arange(n) * m, flat,
+                np.ascontiguousarray(C[:, 0]), np.ascontiguousarray(flat[::m]))
+
 
 def sparse_layout(solver, problem: TransportProblem) -> "_SparseLayout":
     """The neighbour lists in cost order with flat indices into ``losses`` (cached per cost
@@ -278,12 +305,15 @@ def sparse_candidates(solver, problem: TransportProblem, floor: float = 0.0) -> 
 
 
 def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float, tau: float,
-                    floor: float = 0.0) -> tuple[_Candidates, int]:
+                    floor: float = 0.0, *, compiled: bool | None = None) -> tuple[_Candidates, int]:
     """:func:`sparse_candidates` on any lists in increasing cost per column: ``losses`` (rows, K)
     is what ``layout.flat`` indexes, ``n_total`` the number of columns counted with their
-    multiplicities ``layout.weights`` (the plan's columns carry mass ``1 / n_total``)."""
-    if compiled(solver):
+    multiplicities ``layout.weights`` (the plan's columns carry mass ``1 / n_total``);
+    ``compiled``: by the compiled kernel (None: as the solver's ``kernel`` says)."""
+    if _sparse_kernels.compiled(solver) if compiled is None else compiled:
         return sparse_candidates_compiled(solver, layout, losses, n_total, eps, tau, floor)
+    if floor > 0.0 and layout.prefix_keys is not None:
+        return floored_candidates(layout, losses, tau, floor)
     n, m = layout.rows.shape
     losses_flat = losses.reshape(-1)
     width = int(max(1, min(n, solver.block_bytes // max(8 * m, 1))))
@@ -341,6 +371,133 @@ def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: 
     rows, cols, R, C = _upper_hulls(rows, cols, R, C, tau, n)
     starts = np.searchsorted(cols, np.arange(n))
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, weights=layout.weights), n_dominance
+
+
+def floored_candidates(layout: _SparseLayout, losses: np.ndarray, tau: float, floor: float) -> tuple[_Candidates, int]:
+    """:func:`list_candidates` exact for ``eta >= floor`` only (``floor > 0``), in numpy passes over
+    the head of each list instead of the whole lists (German's complete lists: about 60 of 800
+    entries per column at the floors of a fit, of which about one is kept).
+
+    With ``V = R - floor C`` and entry 0 the list's first (cheapest) entry:
+
+    1. Head: entry r (``C_r >= C_0``) with ``V_r < V_0 - tau`` stays more than tau below entry 0
+       at every ``eta >= floor`` (the gap only grows with eta), which holds for every ``C_r >
+       C_0 + (Rmax - R_0 + tau) / floor`` (``Rmax``: the largest loss under the column's label);
+       those entries are never read (the bound is taken with 2 tau).  Of the head, the entries
+       with ``V_r < V_0 - tau`` are dropped at once.  The heads are carried from round to round
+       with a margin (:class:`WarmHeads`).
+    2. Dominance at the floor, as the compiled kernel's: entry r is dropped if ``V_r + tau <
+       max(V before r)`` (an earlier, no more expensive entry is more than tau above it at the
+       floor, hence at every larger eta).  The running maximum runs over all columns at once on
+       ``V + j S`` (S a power of two above the values' range, so that a column never sees the one
+       before it).
+    3. Each column's upper hull (:func:`_upper_hulls`), as on the whole lists.
+
+    Every comparison adds a bound of the rounding of ``V`` and of the shift to tau, so rounding
+    only ever keeps more; the kept pairs are a superset of the compiled kernel's (tests:
+    ``pytest tests/test_solvers_lists.py -k floor``).
+    """
+    keys, step, shifts, offsets, flat, first_C, first_flat = layout.prefix_keys
+    n = offsets.size
+    losses = np.ascontiguousarray(losses, dtype=np.float64)
+    losses_flat = losses.reshape(-1)
+    first_R = losses_flat.take(first_flat)
+    first_V = first_R - floor * first_C
+    top = losses.max(axis=0)
+    # tau and a bound of the rounding of V (|R| <= scale, floor C <= floor max C)
+    room = tau + 2.0**-50 * (float(np.abs(losses).max()) + floor * layout.max_cost)
+    head = layout.heads.entries(layout, losses_flat, top, first_R, first_C, first_V, tau, room, floor)
+    V = head.C * -floor
+    V += losses_flat.take(head.flat)
+    sel = np.flatnonzero(V >= (first_V - room).take(head.cols))
+    V, cols, C, lflat = V.take(sel), head.cols.take(sel), head.C.take(sel), head.flat.take(sel)
+    # dominance at the floor (step 2), every column's running maximum in one pass
+    shift = 2.0 ** np.ceil(np.log2(2.0 * (float(top.max()) - float(first_V.min()) + 2.0 * room) + 1.0))
+    W = cols * shift
+    W += V
+    best = np.maximum.accumulate(W)
+    keep = np.empty(W.size, dtype=bool)
+    keep[0] = True
+    np.greater_equal(W[1:] + (room + 4.0 * float(np.spacing(shift * n))), best[:-1], out=keep[1:])
+    keep[1:] |= cols[1:] != cols[:-1]
+    kept = np.flatnonzero(keep)
+    rows, cols, C = head.rows.take(sel.take(kept)), cols.take(kept), C.take(kept)
+    R = losses_flat.take(lflat.take(kept))
+    n_dominance = int(rows.size)
+    rows, cols, R, C = _upper_hulls(rows, cols, R, C, tau, n)
+    return _Candidates(rows=rows, cols=cols, starts=np.searchsorted(cols, np.arange(n)), R=R, C=C,
+                       weights=layout.weights, floor=float(floor)), n_dominance
+
+
+class WarmHeads:
+    """The heads of :func:`floored_candidates` made at an anchor round with a margin, and carried
+    to later rounds while a certificate shows that they still hold every entry the round's
+    filter would keep.
+
+    At the anchor (losses ``A``, floor ``f_a``) the heads keep every entry with ``V_r >= V_0 -
+    room - M`` (V at ``A`` and ``f_a``; the head bound taken with M too).  In a later round whose
+    losses differ from A by at most d (sup norm) and whose floor f is at least ``f_a``, an entry
+    left out has ``V_r(f) < V_0(f) - tau - (M - 2 d)`` (its loss and entry 0's moved by at most d,
+    and the gap to entry 0 only grows with the floor, as ``C_r >= C_0``), so while ``2 d`` stays
+    under M (less a bound of the rounding) the round's filter ``V_r >= V_0 - room`` would drop it
+    anyway: the carried heads give exactly the candidates of fresh ones.  Otherwise the heads
+    are made again, with M twice the largest drift per round seen times ``HORIZON``.  The state
+    lives on the layout (the solver's cache, per cost object and labels, not pickled).
+    """
+
+    #: Rounds of the largest drift per round seen that the margin covers (each side of it).
+    HORIZON = 4
+
+    def __init__(self):
+        self.anchor: np.ndarray | None = None  # the losses the heads were made for (flat copy)
+        self.floor = 0.0  # the floor they were made at
+        self.margin = 0.0
+        self.rate = 0.0  # largest drift per round (sup norm) seen between anchors
+        self.age = 0  # rounds since the anchor
+        self.head: _Head | None = None
+        self.anchors = 0  # how many times the heads were made (for tests and profiles)
+        self.warm_rounds = 0  # rounds served by carried heads
+
+    def entries(self, layout: _SparseLayout, losses_flat, top, first_R, first_C, first_V, tau: float, room: float,
+                floor: float) -> "_Head":
+        """This round's head entries (in column order, a superset of those with ``V_r >= V_0 -
+        room``), as compact copies (cheaper to read every round than the lists they come from)."""
+        if self.anchor is not None and self.anchor.size == losses_flat.size:
+            self.age += 1
+            drift = float(np.abs(losses_flat - self.anchor).max())
+            self.rate = max(self.rate, drift / self.age)
+            if floor >= self.floor and 2.0 * drift + 2.0 * (room - tau) <= self.margin:
+                self.warm_rounds += 1
+                return self.head
+        keys, step, shifts, offsets, flat = layout.prefix_keys[:5]
+        n = offsets.size
+        margin = 2.0 * self.HORIZON * self.rate
+        reach = first_C + (top[layout.labels] - first_R + 2.0 * tau + margin) / floor
+        np.minimum(reach, 0.5 * step, out=reach)  # a whole list at most (the keys stay in their column)
+        counts = np.searchsorted(keys, reach + shifts, side="right") - offsets
+        starts = np.cumsum(counts) - counts
+        idx = np.arange(int(starts[-1] + counts[-1])) + np.repeat(offsets - starts, counts)
+        V = layout.C.reshape(-1).take(idx) * -floor
+        V += losses_flat.take(flat.take(idx))
+        sel = np.flatnonzero(V >= np.repeat(first_V - (room + margin), counts))
+        idx = idx.take(sel)
+        self.head = _Head(cols=np.repeat(np.arange(n), counts).take(sel), C=layout.C.reshape(-1).take(idx),
+                          flat=flat.take(idx), rows=layout.rows.reshape(-1).take(idx))
+        self.anchor = losses_flat.copy()
+        self.floor, self.margin, self.age = float(floor), margin, 0
+        self.anchors += 1
+        return self.head
+
+
+@dataclass(frozen=True)
+class _Head:
+    """Entries of the lists (in column order): their columns, costs, indices into the flat
+    losses and rows."""
+
+    cols: np.ndarray
+    C: np.ndarray
+    flat: np.ndarray
+    rows: np.ndarray
 
 
 def sparse_candidates_compiled(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float,

@@ -52,6 +52,14 @@ def available() -> bool:
     return True
 
 
+def started() -> bool:
+    """Whether numba has been imported in this process already (its start, 0.3-0.5 s of import
+    and target initialisation, paid), without importing it."""
+    import sys
+
+    return "numba" in sys.modules
+
+
 def compiled(solver) -> bool:
     """Whether a :class:`~budro.solvers.dual.DualSolver` runs the compiled kernels: its ``kernel``
     is ``"numba"``, or ``"auto"`` with numba installed (the sparse and the full paths alike)."""

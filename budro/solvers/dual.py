@@ -77,11 +77,14 @@ class DualSolver(Solver):
     block_bytes : int, default ``budro.transport.DEFAULT_BLOCK_BYTES`` (32 MiB)
         Memory of one block of cost columns; a few temporaries of that size are used per block.
     kernel : {"auto", "numba", "numpy"}, default "auto"
-        How the sparse path prunes the neighbour lists: a compiled per-column kernel
-        (``"numba"``, needs the optional numba, ``pip install budro[fast]``; 3-4x faster on
-        Adult), vectorised numpy passes (``"numpy"``), or numba when it is installed
-        (``"auto"``).  Both compute the same candidate pairs up to pairs that can never tie, and
-        give the same result.  Dense and embedding costs do not use it.
+        How the sparse path prunes the neighbour lists (and the complete lists of a dense
+        problem with few distinct points): a compiled per-column kernel (``"numba"``, needs the
+        optional numba, ``pip install budro[fast]``; 3-4x faster on Adult), vectorised numpy
+        passes (``"numpy"``), or numba when it is installed (``"auto"``) -- except on complete
+        lists, where ``"auto"`` takes numpy until numba has started in the process: there a
+        whole fit's solves cost less than numba's start (0.3-0.5 s; German's 500 rounds solve in
+        about 0.4 s in numpy).  Both compute the same candidate pairs up to pairs that can never
+        tie, and give the same result.  The dense column-block path does not use it.
     kernel_threads : int or None, default None
         Threads of the compiled kernels.  None: budro chooses from the cores this process may use
         (affinity, cgroup quota, ``BUDRO_NUM_THREADS``; :mod:`budro._threads`) as for a booster,
@@ -331,17 +334,19 @@ class DualSolver(Solver):
         reduced = None if sparse else _dual_lists.reduction(self, problem)
         if reduced is None:
             self.check_size(problem.n, sparse=sparse, held=bool(problem.cost.is_dense))
-        # Lists (sparse or reduced) on the compiled path: candidates exact from a floor under the
-        # last rounds' eta* (far fewer pairs); should eta* lie below it, they are made again
-        # without one (_dual_plan.EtaFloor).
+        # (complete lists: numpy passes unless numba has started in this process, _dual_lists.compiled)
+        use_compiled = _dual_sparse.compiled(self) if reduced is None else _dual_lists.compiled(self)
+        # Lists (sparse or reduced): candidates exact from a floor under the last rounds' eta*
+        # (far fewer pairs); should eta* lie below it, they are made again without one
+        # (_dual_plan.EtaFloor).
         floors = None
-        if (sparse or reduced is not None) and _dual_sparse.compiled(self):
+        if sparse or reduced is not None:
             floors = (_dual_sparse.sparse_layout(self, problem) if sparse else reduced.layout).floors
 
         def lists(floor: float) -> tuple[_Candidates, int]:
             if sparse:
                 return self._sparse_candidates(problem, floor=floor)
-            return _dual_lists.candidates(self, problem, reduced, floor=floor)
+            return _dual_lists.candidates(self, problem, reduced, floor=floor, compiled=use_compiled)
 
         if sparse or reduced is not None:
             candidates, pruned_pairs = lists(floors.next() if floors is not None else 0.0)
@@ -435,7 +440,7 @@ class DualSolver(Solver):
             # The argmax costs are the listed costs (of the neighbour lists, or the groups' costs
             # the reduced problem was solved with), exactly what cost.entries would give: O(n).
             result, split_column, n_switched = _dual_plan.result_from_switch(
-                problem, cheap, dear, switch, compiled=_dual_sparse.compiled(self), **meta, info=info)
+                problem, cheap, dear, switch, compiled=use_compiled, **meta, info=info)
         else:
             plan, split_column, n_switched = _switch_until_budget(problem, cheap[0], dear[0], switch)
             result = TransportResult.from_plan(problem, plan, **meta, info=info)
