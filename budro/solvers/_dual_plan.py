@@ -407,12 +407,13 @@ def _result_from_entries(
     keep = vals != 0
     if not keep.all():
         rows, cols, vals, entry_costs = rows[keep], cols[keep], vals[keep], entry_costs[keep]
-    labels = problem.labels[cols]
-    weights = np.bincount(rows * K + labels, weights=vals, minlength=n * K).reshape(n, K)
-    objective = float(np.sum(vals * problem.losses[rows, labels]))
+    flat = rows * K + problem.labels.take(cols)  # (take: cheaper than fancy indexing at these sizes)
+    weights = np.bincount(flat, weights=vals, minlength=n * K).reshape(n, K)
+    objective = float(np.sum(vals * problem.losses.reshape(-1).take(flat)))
     transport_cost = float(np.sum(vals * entry_costs)) if vals.size else 0.0
-    plan = plan_csc(rows, cols, vals, n)
-    return TransportResult(weights=weights, objective=objective, transport_cost=transport_cost, plan=plan, **kwargs)
+    # the plan as a sparse array only when read (a fit reads the weights)
+    return lazy_plan_result(plan_csc, (rows, cols, vals, n), weights=weights, objective=objective,
+                            transport_cost=transport_cost, **kwargs)
 
 
 def plan_csc(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int, *, recovery: bool = False) -> sp.csc_array:
