@@ -273,7 +273,7 @@ def test_property_numpy_candidates_from_a_floor_evaluate_as_the_whole_lists_abov
     rows of g on the whole lists' candidates, with exact ties (integer losses, copies sharing
     losses), near ties (within the tie tolerance), duplicated points and K = 2, 3."""
     from budro.solvers._dual_plan import breakpoint_eta
-    from budro.solvers._dual_sparse import floored_candidates
+    from budro.solvers._dual_sparse import _floored_whole_lists, floored_candidates
 
     rng = np.random.default_rng(seed)
     losses, labels, Z = make_instance(rng, n, K, n_distinct=max(1, n // 2), integer=integer, d=2)
@@ -315,6 +315,10 @@ def test_property_numpy_candidates_from_a_floor_evaluate_as_the_whole_lists_abov
         whole = dataclasses.replace(whole, expand=red.expander(rep))
         floored = dataclasses.replace(floored, expand=red.expander(rep))
         _evaluations_agree(problem, solver, whole, floored, etas)
+        # the same without heads (the path taken where they would hold most of the lists)
+        room = tau + 2.0**-50 * (float(np.abs(top).max()) + floor * layout.max_cost)
+        unheaded, _ = _floored_whole_lists(layout, top.reshape(-1), tau, room, floor)
+        _evaluations_agree(problem, solver, whole, dataclasses.replace(unheaded, expand=red.expander(rep)), etas)
 
 
 def _dual_plan_tau(solver, problem):
@@ -344,7 +348,7 @@ def test_numpy_lists_from_a_floor_in_a_fit_like_sequence_equal_fresh_solves_and_
     warm = DualSolver(kernel="numpy")
     floors, below = [], []
     for t in range(30):
-        eps = mean * (0.3 * 0.97**t if t < 26 else 0.6)
+        eps = mean * (0.04 * 0.97**t if t < 26 else 0.3)  # (a tight budget, as German's: short heads)
         losses = losses + rng.uniform(-1e-4, 1e-4, size=losses.shape)
         problem = TransportProblem(losses, labels, cost, eps)
         res = warm.solve(problem)
@@ -406,3 +410,32 @@ def test_a_fit_on_complete_lists_is_the_same_with_either_kernel():
     np.testing.assert_array_equal(fits["numpy"].predict_proba(X), fits["numba"].predict_proba(X))
     layout = fits["numpy"].solver_._reduction_cache.layout
     assert layout.heads.anchors >= 1  # the numpy fit made candidates from a floor
+
+
+def test_numpy_trial_floor_without_known_eta_falls_back_where_eta_is_zero():
+    """With no eta* known yet the numpy path tries a floor far below any eta* measured
+    (_dual_sparse.TRIAL_FLOOR); where eta* is 0 (an ample budget) it lies below the trial, the
+    candidates are made again without a floor, and the next solves try none: every result equal
+    to HiGHS's, the trial's solves to the same solves with every candidate."""
+    from budro.solvers import _dual_sparse
+
+    rng = np.random.default_rng(64)
+    n = 120
+    losses, labels, Z = make_instance(rng, n, 2, n_distinct=90, integer=False, d=2)
+    cost = EmbeddingCost(Z)
+    C = cost.column_block(0, n)
+    tight = TransportProblem(losses, labels, cost, 0.05 * float(C.mean()))
+    res = DualSolver(kernel="numpy").solve(tight)  # a trial floor, below eta*: kept
+    layout = _dual_lists.reduction(DualSolver(kernel="numpy"), tight).layout
+    assert res.eta > 0 and res.info["floor"] == pytest.approx(_dual_sparse.trial_floor(layout, losses))
+    assert not res.info["below_floor"]
+    assert_same_optimum(res, LPSolver().solve(tight))
+    ample = TransportProblem(losses, labels, cost, 2.0 * float(C.max()))
+    solver = DualSolver(kernel="numpy")
+    first = solver.solve(ample)
+    assert first.eta == 0.0 and first.info["floor"] > 0.0 and first.info["below_floor"]
+    second = solver.solve(ample)
+    assert second.info["floor"] == 0.0  # resting after the miss
+    for r in (first, second):
+        assert_same_optimum(r, LPSolver().solve(ample))
+        np.testing.assert_array_equal(r.weights, second.weights)

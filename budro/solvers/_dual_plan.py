@@ -108,6 +108,10 @@ class EtaFloor:
         """A solve's eta* lay below its floor."""
         self.rest = self.REST
 
+    def resting(self) -> bool:
+        """Whether the solves after a miss are still going without a floor."""
+        return self.rest > 0
+
 
 # Position of a point relative to the minimiser of g.
 _OPTIMAL, _BELOW, _ABOVE = "optimal", "below", "above"
@@ -226,16 +230,30 @@ def _upper_hulls(rows, cols, R, C, tau, ncols):
     np.not_equal(cols[1:], cols[:-1], out=run_start[1:])
     run_start[1:] |= C[1:] != C[:-1]
     starts = np.flatnonzero(run_start)
-    run_of = np.cumsum(run_start) - 1
-    r_R = np.maximum.reduceat(R, starts)  # each run at its largest loss
-    r_cols, r_C = cols[starts], C[starts]
-    member = R >= r_R[run_of] - tau
-    if not member.all():
-        rows, cols, R, C, run_of = rows[member], cols[member], R[member], C[member], run_of[member]
-    # The hull over runs, pass by pass; after the first pass only the columns that lost a run
-    # are looked at again.  `ids` are the runs examined, whole columns, in order.
+    if starts.size == size:  # no two pairs of a column at one cost: every pair its own run
+        run_of, r_R, r_cols, r_C = None, R, cols, C
+    else:
+        run_of = np.cumsum(run_start) - 1
+        r_R = np.maximum.reduceat(R, starts)  # each run at its largest loss
+        r_cols, r_C = cols.take(starts), C.take(starts)
+        member = R >= r_R.take(run_of) - tau
+        if not member.all():
+            rows, cols, R, C, run_of = rows[member], cols[member], R[member], C[member], run_of[member]
+    # The hull over runs, pass by pass, only in the columns with three runs or more (the first
+    # and last run of a column stay); after the first pass only the columns that lost a run are
+    # looked at again.  `ids` are the runs examined, whole columns, in order.
+    col_start = np.empty(starts.size, dtype=bool)
+    col_start[0] = True
+    np.not_equal(r_cols[1:], r_cols[:-1], out=col_start[1:])
+    interior = ~col_start
+    interior[:-1] &= ~col_start[1:]
+    interior[-1] = False
+    if not interior.any():
+        return rows, cols, R, C
     alive = np.ones(starts.size, dtype=bool)
-    ids = np.arange(starts.size)
+    dirty = np.zeros(ncols, dtype=bool)
+    dirty[r_cols[interior]] = True
+    ids = np.flatnonzero(dirty.take(r_cols))
     while ids.size >= 3:
         c, cc, rr = r_cols[ids], r_C[ids], r_R[ids]
         col_first = np.empty(ids.size, dtype=bool)
@@ -259,7 +277,7 @@ def _upper_hulls(rows, cols, R, C, tau, ncols):
         dirty = np.zeros(ncols, dtype=bool)
         dirty[r_cols[gone]] = True
         ids = ids[dirty[c] & alive[ids]]
-    keep = alive[run_of]
+    keep = alive if run_of is None else alive[run_of]
     if keep.all():
         return rows, cols, R, C
     return rows[keep], cols[keep], R[keep], C[keep]

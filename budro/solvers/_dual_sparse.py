@@ -373,6 +373,21 @@ def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: 
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, weights=layout.weights), n_dominance
 
 
+#: The numpy path's trial floor where no eta* is known yet (a fit's first two rounds), relative to
+#: the losses' scale over the largest listed cost: far below the first eta* of the fits measured
+#: (German 7e-5, COMPAS 2.5e-4, against 6e-9 and 1.2e-8), yet enough to separate tied losses at
+#: different costs, which the first rounds' few distinct losses (the first trees' leaves) leave by
+#: the hundred per column (German's first round: 254 000 candidates, 130 ms of numpy passes).
+TRIAL_FLOOR = 2.0**-20
+
+
+def trial_floor(layout: _SparseLayout, losses: np.ndarray) -> float:
+    """The floor a numpy solve without one tries (:data:`TRIAL_FLOOR`; 0: none)."""
+    if layout.prefix_keys is None or layout.max_cost <= 0.0:
+        return 0.0
+    return TRIAL_FLOOR * float(np.abs(losses).max()) / layout.max_cost
+
+
 def floored_candidates(layout: _SparseLayout, losses: np.ndarray, tau: float, floor: float) -> tuple[_Candidates, int]:
     """:func:`list_candidates` exact for ``eta >= floor`` only (``floor > 0``), in numpy passes over
     the head of each list instead of the whole lists (German's complete lists: about 60 of 800
@@ -407,6 +422,8 @@ def floored_candidates(layout: _SparseLayout, losses: np.ndarray, tau: float, fl
     # tau and a bound of the rounding of V (|R| <= scale, floor C <= floor max C)
     room = tau + 2.0**-50 * (float(np.abs(losses).max()) + floor * layout.max_cost)
     head = layout.heads.entries(layout, losses_flat, top, first_R, first_C, first_V, tau, room, floor)
+    if head is None:  # heads of most of the lists (a low floor): dominance on the whole lists
+        return _floored_whole_lists(layout, losses_flat, tau, room, floor)
     V = head.C * -floor
     V += losses_flat.take(head.flat)
     sel = np.flatnonzero(V >= (first_V - room).take(head.cols))
@@ -423,6 +440,27 @@ def floored_candidates(layout: _SparseLayout, losses: np.ndarray, tau: float, fl
     kept = np.flatnonzero(keep)
     rows, cols, C = head.rows.take(sel.take(kept)), cols.take(kept), C.take(kept)
     R = losses_flat.take(lflat.take(kept))
+    n_dominance = int(rows.size)
+    rows, cols, R, C = _upper_hulls(rows, cols, R, C, tau, n)
+    return _Candidates(rows=rows, cols=cols, starts=np.searchsorted(cols, np.arange(n)), R=R, C=C,
+                       weights=layout.weights, floor=float(floor)), n_dominance
+
+
+def _floored_whole_lists(layout: _SparseLayout, losses_flat: np.ndarray, tau: float, room: float,
+                         floor: float) -> tuple[_Candidates, int]:
+    """:func:`floored_candidates`' steps 2 and 3 on the whole lists, as an (n, m) array (the
+    running maximum along each list; no head, no shift)."""
+    n, m = layout.rows.shape
+    flat = layout.prefix_keys[4]
+    V = layout.C * -floor
+    V += losses_flat.take(flat).reshape(n, m)
+    best = np.maximum.accumulate(V, axis=1)
+    keep = np.empty((n, m), dtype=bool)
+    keep[:, 0] = True
+    np.greater_equal(V[:, 1:] + room, best[:, :-1], out=keep[:, 1:])
+    kept = np.flatnonzero(keep)
+    rows, C = layout.rows.reshape(-1).take(kept), layout.C.reshape(-1).take(kept)
+    R, cols = losses_flat.take(flat.take(kept)), kept // m
     n_dominance = int(rows.size)
     rows, cols, R, C = _upper_hulls(rows, cols, R, C, tau, n)
     return _Candidates(rows=rows, cols=cols, starts=np.searchsorted(cols, np.arange(n)), R=R, C=C,
@@ -459,14 +497,16 @@ class WarmHeads:
         self.warm_rounds = 0  # rounds served by carried heads
 
     def entries(self, layout: _SparseLayout, losses_flat, top, first_R, first_C, first_V, tau: float, room: float,
-                floor: float) -> "_Head":
+                floor: float) -> "_Head | None":
         """This round's head entries (in column order, a superset of those with ``V_r >= V_0 -
-        room``), as compact copies (cheaper to read every round than the lists they come from)."""
+        room``), as compact copies (cheaper to read every round than the lists they come from);
+        None where the heads would hold over half of the lists (nothing is carried then)."""
         if self.anchor is not None and self.anchor.size == losses_flat.size:
             self.age += 1
             drift = float(np.abs(losses_flat - self.anchor).max())
             self.rate = max(self.rate, drift / self.age)
-            if floor >= self.floor and 2.0 * drift + 2.0 * (room - tau) <= self.margin:
+            # (heads made at a much lower floor are valid but longer than they need be)
+            if self.floor <= floor <= 2.0 * self.floor and 2.0 * drift + 2.0 * (room - tau) <= self.margin:
                 self.warm_rounds += 1
                 return self.head
         keys, step, shifts, offsets, flat = layout.prefix_keys[:5]
@@ -476,7 +516,11 @@ class WarmHeads:
         np.minimum(reach, 0.5 * step, out=reach)  # a whole list at most (the keys stay in their column)
         counts = np.searchsorted(keys, reach + shifts, side="right") - offsets
         starts = np.cumsum(counts) - counts
-        idx = np.arange(int(starts[-1] + counts[-1])) + np.repeat(offsets - starts, counts)
+        total = int(starts[-1] + counts[-1])
+        if 2 * total > layout.C.size:
+            self.anchor = self.head = None
+            return None
+        idx = np.arange(total) + np.repeat(offsets - starts, counts)
         V = layout.C.reshape(-1).take(idx) * -floor
         V += losses_flat.take(flat.take(idx))
         sel = np.flatnonzero(V >= np.repeat(first_V - (room + margin), counts))

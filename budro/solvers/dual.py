@@ -349,7 +349,13 @@ class DualSolver(Solver):
             return _dual_lists.candidates(self, problem, reduced, floor=floor, compiled=use_compiled)
 
         if sparse or reduced is not None:
-            candidates, pruned_pairs = lists(floors.next() if floors is not None else 0.0)
+            floor = floors.next()
+            if floor == 0.0 and not use_compiled and not floors.resting():
+                # numpy passes with no eta* known yet: a trial floor far below any eta* measured
+                # (_dual_sparse.TRIAL_FLOOR), should eta* lie below it, as any floor
+                layout = _dual_sparse.sparse_layout(self, problem) if sparse else reduced.layout
+                floor = _dual_sparse.trial_floor(layout, problem.losses)
+            candidates, pruned_pairs = lists(floor)
             eta0 = self._breakpoint_eta(problem, candidates)
         initial_pairs = None if candidates is None else int(candidates.rows.size)
         floor = 0.0 if candidates is None else candidates.floor
