@@ -37,6 +37,7 @@ and command.  Not a test: numbers depend on the machine and its load.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -75,6 +76,18 @@ SYNTHETIC_PARAMS = {
     "lightgbm": {"num_leaves": 63, "learning_rate": 0.1},
     "catboost": {"depth": 6, "learning_rate": 0.1},
 }
+
+
+def _collected() -> float:
+    """``time.perf_counter()`` after a full garbage collection.  Every timed fit starts from a
+    collected heap: Python runs a full collection of every tracked object (about 130 000 once
+    numpy, scipy, scikit-learn and the boosters are imported: 55-60 ms on this machine) when
+    enough long-lived objects have accumulated -- in these processes after the first fit's
+    imports -- and it landed in whichever fit ran then (53 ms inside German's second LightGBM
+    fit of 0.5 s, a tenth of it).  A BuDRO fit itself keeps about 400 objects per 500 rounds, so
+    it does not bring one on; the plain fits are timed the same way."""
+    gc.collect()
+    return time.perf_counter()
 
 
 def _peak_rss_mib() -> float:
@@ -171,7 +184,7 @@ def run_case(case: dict) -> dict:
 
     plain_backend = registry.create("backend", case["backend"], **backend_params)
     out["booster_threads"] = _thread_param(case["backend"], plain_backend, backend_params)
-    t0 = time.perf_counter()
+    t0 = _collected()
     plain_backend.fit_native(Xa, y, 2, rounds, random_state=0)
     out["plain_s"] = time.perf_counter() - t0
     out["plain_rss_mib"] = _peak_rss_mib()
@@ -190,7 +203,7 @@ def run_case(case: dict) -> dict:
 
     clf = BuDROClassifier(backend=case["backend"], backend_params=backend_params, eps=eps, n_steps=rounds - 1,
                           random_state=0, n_neighbors=m, callbacks=[keep], **estimator)
-    t0 = time.perf_counter()
+    t0 = _collected()
     clf.fit(X, y)
     out["budro_s"] = time.perf_counter() - t0
     out["budro_rss_mib"] = _peak_rss_mib()
@@ -203,7 +216,7 @@ def run_case(case: dict) -> dict:
         # Both fits again in the same process: what every fit after the process's first costs
         # (numba, XGBoost and LightGBM initialised, the compiled kernels loaded; a notebook, a
         # service, a cross-validation or an experiment's later splits).
-        t0 = time.perf_counter()
+        t0 = _collected()
         plain_backend.fit_native(Xa, y, 2, rounds, random_state=0)
         out["plain2_s"] = time.perf_counter() - t0
         trainers.clear()
@@ -211,7 +224,7 @@ def run_case(case: dict) -> dict:
 
         clf2 = clone(clf)  # the same parameters, unfitted
         keep_rounds.clear()
-        t0 = time.perf_counter()
+        t0 = _collected()
         clf2.fit(X, y)
         budro2_s = time.perf_counter() - t0
         second = _breakdown(clf2, trainers[0] if trainers else None, budro2_s, rounds)
@@ -276,7 +289,7 @@ def run_whole_fit(case: dict) -> dict:
 
     times = {}
     for name, est in (("plain_1", plain()), ("budro", budro), ("plain_2", plain())):
-        t0 = time.perf_counter()
+        t0 = _collected()
         est.fit(train.X, train.y)
         times[name] = time.perf_counter() - t0
     import budro.registry as registry

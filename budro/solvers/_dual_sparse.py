@@ -479,12 +479,21 @@ class WarmHeads:
     and the gap to entry 0 only grows with the floor, as ``C_r >= C_0``), so while ``2 d`` stays
     under M (less a bound of the rounding) the round's filter ``V_r >= V_0 - room`` would drop it
     anyway: the carried heads give exactly the candidates of fresh ones.  Otherwise the heads
-    are made again, with M twice the largest drift per round seen times ``HORIZON``.  The state
-    lives on the layout (the solver's cache, per cost object and labels, not pickled).
+    are made again, with M twice the largest drift per round seen times a horizon of rounds.
+
+    The horizon adapts: a round on carried heads costs little more for a few more entries, a new
+    anchor a pass over the lists' heads, so it doubles (up to ``MAX_HORIZON``) while the margin
+    keeps at most a quarter more entries than half of it would, and halves (down to 1) where it
+    keeps over twice as many (German: the early rounds' low floors, where any margin reaches far
+    along the lists).  Where the heads would hold over half of the lists, they are made without
+    a margin, and where they still would, not at all (:func:`floored_candidates` then works on
+    the whole lists).  The state lives on the layout (the solver's cache, per cost object and
+    labels, not pickled).
     """
 
-    #: Rounds of the largest drift per round seen that the margin covers (each side of it).
+    #: The first horizon (rounds of the largest drift per round seen that the margin covers).
     HORIZON = 4
+    MAX_HORIZON = 64
 
     def __init__(self):
         self.anchor: np.ndarray | None = None  # the losses the heads were made for (flat copy)
@@ -493,6 +502,7 @@ class WarmHeads:
         self.rate = 0.0  # largest drift per round (sup norm) seen between anchors
         self.age = 0  # rounds since the anchor
         self.head: _Head | None = None
+        self.horizon = self.HORIZON
         self.anchors = 0  # how many times the heads were made (for tests and profiles)
         self.warm_rounds = 0  # rounds served by carried heads
 
@@ -511,19 +521,31 @@ class WarmHeads:
                 return self.head
         keys, step, shifts, offsets, flat = layout.prefix_keys[:5]
         n = offsets.size
-        margin = 2.0 * self.HORIZON * self.rate
-        reach = first_C + (top[layout.labels] - first_R + 2.0 * tau + margin) / floor
-        np.minimum(reach, 0.5 * step, out=reach)  # a whole list at most (the keys stay in their column)
-        counts = np.searchsorted(keys, reach + shifts, side="right") - offsets
-        starts = np.cumsum(counts) - counts
-        total = int(starts[-1] + counts[-1])
-        if 2 * total > layout.C.size:
-            self.anchor = self.head = None
-            return None
+        for margin in (2.0 * self.horizon * self.rate, 0.0):
+            reach = first_C + (top[layout.labels] - first_R + 2.0 * tau + margin) / floor
+            np.minimum(reach, 0.5 * step, out=reach)  # a whole list at most (the keys stay in their column)
+            counts = np.searchsorted(keys, reach + shifts, side="right") - offsets
+            starts = np.cumsum(counts) - counts
+            total = int(starts[-1] + counts[-1])
+            if 2 * total <= layout.C.size:
+                break
+            self.horizon = max(1, self.horizon // 2)
+            if margin == 0.0:
+                self.anchor = self.head = None
+                return None
         idx = np.arange(total) + np.repeat(offsets - starts, counts)
         V = layout.C.reshape(-1).take(idx) * -floor
         V += losses_flat.take(flat.take(idx))
-        sel = np.flatnonzero(V >= np.repeat(first_V - (room + margin), counts))
+        lowest = np.repeat(first_V - room, counts)
+        if margin > 0.0:  # what half the margin would keep sets the next horizon
+            half = int(np.count_nonzero(V >= lowest - 0.5 * margin))
+        lowest -= margin
+        sel = np.flatnonzero(V >= lowest)
+        if margin > 0.0:
+            if 4 * sel.size <= 5 * half:
+                self.horizon = min(self.MAX_HORIZON, 2 * self.horizon)
+            elif sel.size > 2 * half:
+                self.horizon = max(1, self.horizon // 2)
         idx = idx.take(sel)
         self.head = _Head(cols=np.repeat(np.arange(n), counts).take(sel), C=layout.C.reshape(-1).take(idx),
                           flat=flat.take(idx), rows=layout.rows.reshape(-1).take(idx))
