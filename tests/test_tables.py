@@ -249,6 +249,35 @@ def test_needs_encoding_only_for_what_a_float_matrix_cannot_hold():
     assert table_needs_encoding(np.array([["a", 1]], dtype=object))
 
 
+@pytest.mark.parametrize("case, expected", [
+    ("pandas Int64 with NA", True), ("pandas Int64", False), ("pandas boolean with NA", True),
+    ("pandas Float64 with NA", True), ("pandas float16 NaN", True), ("polars int null", True),
+    ("polars bool null", True), ("polars float null", True), ("arrow int null", True),
+    ("arrow float NaN", True), ("arrow float null", True), ("arrow numeric", False),
+])
+def test_missing_values_are_found_in_every_numeric_and_nullable_dtype(case, expected):
+    """Numeric columns are read as numpy (integers and booleans hold no missing value, floats
+    hold them as NaN); nullable columns (pandas' Int64 / boolean / Float64, nulls of polars and
+    pyarrow) are found too."""
+    import pyarrow as pa
+
+    frames = {
+        "pandas Int64 with NA": pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": pd.array([1, None, 3], dtype="Int64")}),
+        "pandas Int64": pd.DataFrame({"b": pd.array([1, 2, 3], dtype="Int64")}),
+        "pandas boolean with NA": pd.DataFrame({"b": pd.array([True, None, False], dtype="boolean")}),
+        "pandas Float64 with NA": pd.DataFrame({"b": pd.array([1.0, None, 2.0], dtype="Float64")}),
+        "pandas float16 NaN": pd.DataFrame({"a": np.array([1.0, np.nan], dtype=np.float16)}),
+        "polars int null": pl.DataFrame({"b": [1, None, 3]}),
+        "polars bool null": pl.DataFrame({"b": [True, None, False]}),
+        "polars float null": pl.DataFrame({"a": [1.0, None, 3.0], "b": [1, 2, 3]}),
+        "arrow int null": pa.table({"b": [1, None, 3]}),
+        "arrow float NaN": pa.table({"a": [1.0, float("nan"), 3.0]}),
+        "arrow float null": pa.table({"a": [1.0, None, 3.0]}),
+        "arrow numeric": pa.table({"a": [1.0, 2.0, 3.0], "b": [1, 2, 3], "c": [True, False, True]}),
+    }
+    assert table_needs_encoding(frames[case]) is expected
+
+
 # -- BuDROClassifier on tables ---------------------------------------------------------------
 def _clf(**kw):
     return BuDROClassifier(eps=0.01, n_steps=4, backend_params=FAST, random_state=0,
