@@ -92,7 +92,7 @@ class _SparseLayout:
         :func:`floored_candidates`' head search: the costs flattened with column j shifted by
         ``shifts[j] = j * step`` (a power of two above twice the largest cost), so that one
         ``searchsorted`` finds every column's head at once; ``offsets[j] = j m``; ``flat``
-        flattened as indices; the cost and flat index of each list's first entry.
+        flattened (int32 where it fits); the cost and flat index of each list's first entry.
         None where a cost is not finite or negative (the lists are then scanned whole)."""
         n, m = self.rows.shape
         C = self.C
@@ -100,7 +100,7 @@ class _SparseLayout:
             return None
         step = 2.0 ** np.ceil(np.log2(2.0 * float(C.max()) + 2.0))
         shifts = step * np.arange(n)
-        flat = self.flat.reshape(-1).astype(np.intp)
+        flat = self.flat.reshape(-1)  # (int32 where it fits: take reads any integer indices)
         return ((C + shifts[:, None]).reshape(-1), float(step), shifts, np.arange(n) * m, flat,
                 np.ascontiguousarray(C[:, 0]), np.ascontiguousarray(flat[::m]))
 
