@@ -475,10 +475,11 @@ class WarmHeads:
     At the anchor (losses ``A``, floor ``f_a``) the heads keep every entry with ``V_r >= V_0 -
     room - M`` (V at ``A`` and ``f_a``; the head bound taken with M too).  In a later round whose
     losses differ from A by at most d (sup norm) and whose floor f is at least ``f_a``, an entry
-    left out has ``V_r(f) < V_0(f) - tau - (M - 2 d)`` (its loss and entry 0's moved by at most d,
-    and the gap to entry 0 only grows with the floor, as ``C_r >= C_0``), so while ``2 d`` stays
-    under M (less a bound of the rounding) the round's filter ``V_r >= V_0 - room`` would drop it
-    anyway: the carried heads give exactly the candidates of fresh ones.  Otherwise the heads
+    left out has ``V_r(f) < V_0(f) - tau_a - (M - 2 d)`` (its loss and entry 0's moved by at most
+    d, and the gap to entry 0 only grows with the floor, as ``C_r >= C_0``), so while ``2 d``
+    stays under M less the growth of tau since the anchor (and a bound of the rounding) it is
+    more than this round's tau below entry 0: never within a tie tolerance of a column's maximum
+    at any eta above the floor, as with fresh heads.  Otherwise the heads
     are made again, with M twice the largest drift per round seen times a horizon of rounds.
 
     The horizon adapts: a round on carried heads costs little more for a few more entries, a new
@@ -499,6 +500,7 @@ class WarmHeads:
         self.anchor: np.ndarray | None = None  # the losses the heads were made for (flat copy)
         self.floor = 0.0  # the floor they were made at
         self.margin = 0.0
+        self.tau = 0.0  # the tie margin at the anchor
         self.rate = 0.0  # largest drift per round (sup norm) seen between anchors
         self.age = 0  # rounds since the anchor
         self.head: _Head | None = None
@@ -516,7 +518,9 @@ class WarmHeads:
             drift = float(np.abs(losses_flat - self.anchor).max())
             self.rate = max(self.rate, drift / self.age)
             # (heads made at a much lower floor are valid but longer than they need be)
-            if self.floor <= floor <= 2.0 * self.floor and 2.0 * drift + 2.0 * (room - tau) <= self.margin:
+            # (tau grows with the largest loss: a larger one than the anchor's takes its share of M)
+            if (self.floor <= floor <= 2.0 * self.floor
+                    and 2.0 * drift + max(0.0, tau - self.tau) + 2.0 * (room - tau) <= self.margin):
                 self.warm_rounds += 1
                 return self.head
         keys, step, shifts, offsets, flat = layout.prefix_keys[:5]
@@ -550,7 +554,7 @@ class WarmHeads:
         self.head = _Head(cols=np.repeat(np.arange(n), counts).take(sel), C=layout.C.reshape(-1).take(idx),
                           flat=flat.take(idx), rows=layout.rows.reshape(-1).take(idx))
         self.anchor = losses_flat.copy()
-        self.floor, self.margin, self.age = float(floor), margin, 0
+        self.floor, self.margin, self.tau, self.age = float(floor), margin, float(tau), 0
         self.anchors += 1
         return self.head
 
