@@ -532,8 +532,8 @@ def test_state_is_reset_and_not_pickled():
     assert solver._full_state.cost is cost2
 
 
-@pytest.mark.parametrize("value, name", [(0, "full_min_n"), (True, "full_min_n"), (-1, "max_pairs"),
-                                         (0.5, "max_pairs")])
+@pytest.mark.parametrize("value, name", [(0, "full_min_n"), (True, "full_min_n"), ("fast", "full_min_n"),
+                                         (-1, "max_pairs"), (0.5, "max_pairs")])
 def test_bad_parameters_name_themselves(value, name):
     with pytest.raises(ValidationError, match=name):
         DualSolver(**{name: value})
@@ -1160,3 +1160,38 @@ def test_staying_put_is_certified_without_a_scan(kernel, case):
     got = solver.solve(nxt)
     assert "staying_put" not in got.info
     assert_optimal(got, dense(nxt), nxt)
+
+
+def test_full_min_n_auto_takes_the_full_path_from_1000_points_with_the_compiled_kernels(monkeypatch):
+    """``full_min_n="auto"`` (the default): an embedding cost of 1000 points or more whose complete
+    lists do not fit takes the full path where the compiled kernels run, from 4000 points in numpy
+    (where the full path is no faster than column blocks below that); numba is not looked for
+    below 1000 points.  The same optimum either way."""
+    from budro.solvers import _dual_full, _dual_lists, _sizing
+
+    assert DualSolver().full_min_n == "auto" and _sizing.DEFAULT_FULL_MIN_N == "auto"
+    calls = []
+    real = _dual_full.compiled
+    monkeypatch.setattr(_dual_full, "compiled", lambda solver: calls.append(1) or real(solver))
+    assert not _dual_full.reaches(DualSolver(), 999) and not calls
+    assert _dual_full.reaches(DualSolver(), 4000) and not calls
+    assert _dual_full.reaches(DualSolver(kernel="numpy"), 1500) is False
+    if _sparse_kernels.available():
+        assert _dual_full.reaches(DualSolver(kernel="numba"), 1500) is True
+    assert _dual_full.reaches(DualSolver(full_min_n=50), 60) and not _dual_full.reaches(DualSolver(full_min_n=None), 10**6)
+    rng = np.random.default_rng(71)
+    n = 60
+    Z = rng.normal(size=(n, 2))
+    losses = rng.random((n, 2))
+    labels = rng.integers(0, 2, n)
+    problem = TransportProblem(losses, labels, EmbeddingCost(Z), 0.1)
+    monkeypatch.setattr(_dual_lists, "_MAX_PAIRS", 0)  # complete lists never fit here
+    monkeypatch.setattr(_sizing, "FULL_MIN_N_COMPILED", 50)
+    monkeypatch.setattr(_sizing, "FULL_MIN_N_NUMPY", 100)
+    kernels = ["numpy"] + (["numba"] if _sparse_kernels.available() else [])
+    ref = dense(problem)
+    for kernel in kernels:
+        res = DualSolver(kernel=kernel).solve(problem)
+        assert ("uncertified_columns" in res.info) is (kernel == "numba")  # the full path's record
+        assert abs(res.objective - ref.objective) <= RTOL * max(1.0, abs(ref.objective))
+        assert res.transport_cost <= problem.eps * (1 + 1e-12) + 1e-14

@@ -170,12 +170,26 @@ _SKIP = 2.0
 _MAX_CUTS = 200
 
 
+def reaches(solver, n: int) -> bool:
+    """Whether n points reach the solver's ``full_min_n`` (``"auto"``: FULL_MIN_N_COMPILED with
+    the compiled kernels, FULL_MIN_N_NUMPY in numpy; numba is only looked for in between)."""
+    from budro.solvers import _sizing
+
+    limit = getattr(solver, "full_min_n", None)
+    if limit is None:
+        return False
+    if limit == "auto":
+        if n < _sizing.FULL_MIN_N_COMPILED:
+            return False
+        return n >= _sizing.FULL_MIN_N_NUMPY or compiled(solver)
+    return n >= limit
+
+
 def applies(solver, problem: TransportProblem) -> bool:
     """Whether ``problem`` takes this path: an embedding cost (not sparse, not few distinct
-    points) with n at least ``solver.full_min_n``."""
-    limit = getattr(solver, "full_min_n", None)
+    points) with n at least ``solver.full_min_n`` (:func:`reaches`)."""
     cost = problem.cost
-    if limit is None or problem.n < limit or not isinstance(cost, EmbeddingCost):
+    if not isinstance(cost, EmbeddingCost) or not reaches(solver, problem.n):
         return False
     if getattr(cost, "is_sparse", False):
         return False

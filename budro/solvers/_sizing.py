@@ -34,7 +34,7 @@ The default ``max_dense_n`` keeps a round under about 2 minutes by these constan
 (or any larger value) lets it run anyway.
 
 Not refused: ``dual`` on an :class:`~budro.transport.EmbeddingCost` with n >= ``full_min_n``
-(default :data:`DEFAULT_FULL_MIN_N`) takes the exact full path (:mod:`budro.solvers._dual_full`),
+(default :data:`DEFAULT_FULL_MIN_N`: 1000 with the compiled kernels, 4000 in numpy) takes the exact full path (:mod:`budro.solvers._dual_full`),
 which never forms an n x n array: its first solve scans every column once (one pass over the n^2
 pairs; times in docs/solvers-benchmark.md, ``benchmarks/solvers.py full``), later rounds of a fit
 rescan only the columns whose certificate fails, and its memory is bounded by the solver's
@@ -63,8 +63,16 @@ SECONDS_PER_ENTRY: dict[str, tuple[float, float]] = {
     # (the measurement below, paper-sgd added on the same problems).
     "paper-sgd": (150e-9, 165e-9),
 }
-#: From this n on, ``dual`` solves an EmbeddingCost on its exact full path (see the module docstring).
-DEFAULT_FULL_MIN_N = 4000
+#: From which n ``dual`` solves an EmbeddingCost on its exact full path (see the module docstring):
+#: ``"auto"`` is FULL_MIN_N_COMPILED points with the compiled kernels and FULL_MIN_N_NUMPY with
+#: numpy.  A raw table of 1100 / 1500 / 3000 rows with a subspace metric, 100 rounds (2026-11-28,
+#: session script, the same predictions on every path): the full path with the compiled kernels
+#: 0.64 / 0.64 / 0.85 s against 3.1 / 5.8 / 26.9 s on column blocks; in numpy 11.4 / 22.1 s at
+#: 1500 / 3000 (column blocks there: no faster path below 4000).  Below about 1000 points the
+#: complete lists (budro.solvers._dual_lists) take every problem anyway.
+DEFAULT_FULL_MIN_N = "auto"
+FULL_MIN_N_COMPILED = 1000
+FULL_MIN_N_NUMPY = 4000
 #: Working blocks a solve keeps alive at once (in units of ``block_bytes``).
 WORKING_BLOCKS = 4
 #: Default ``max_dense_n`` by solver name.

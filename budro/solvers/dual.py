@@ -102,11 +102,14 @@ class DualSolver(Solver):
         blocked cost: ~100 s at n = 20000, ~7 min at n = 40000; see :mod:`budro.solvers._sizing`)
         and the sparse alternative (``n_neighbors``).  None: no limit.  Sparse costs are never
         limited, nor are embedding costs on the full path (``full_min_n``).
-    full_min_n : int or None, default 4000
+    full_min_n : int, "auto" or None, default "auto"
         From this n on, an :class:`~budro.transport.EmbeddingCost` (unless it has few distinct
         points) is solved by the exact full path of :mod:`budro.solvers._dual_full`: per-column
         lists with certificates carried from round to round, columns rescanned only where the
-        certificate fails, never an n x n array and, in a fit, no n x n work per round.  None: never.
+        certificate fails, never an n x n array and, in a fit, no n x n work per round.  None:
+        never.  ``"auto"``: 1000 with the compiled kernels (a 1500-row table's 100 rounds: 0.64 s
+        against 5.8 s on column blocks), 4000 in numpy (where the full path is no faster below
+        it); see :mod:`budro.solvers._sizing`.
     max_seconds : float or None, default None
         Seconds one solve on the full path may spend rescanning columns; when it runs out the
         plan is feasible, ``converged`` is False and ``info["gap"]`` is a certified bound on the
@@ -164,7 +167,7 @@ class DualSolver(Solver):
     def __init__(self, tie_rtol: float = 1e-12, max_iter: int = 100, block_bytes: int = DEFAULT_BLOCK_BYTES,
                  kernel: str = "auto", kernel_threads: int | None = None,
                  max_dense_n: int | None = _sizing.DEFAULT_MAX_DENSE_N["dual"],
-                 full_min_n: int | None = _sizing.DEFAULT_FULL_MIN_N, max_seconds: float | None = None,
+                 full_min_n: int | str | None = _sizing.DEFAULT_FULL_MIN_N, max_seconds: float | None = None,
                  max_pairs: int | None = 2**25):
         if isinstance(tie_rtol, bool) or not isinstance(tie_rtol, numbers.Real):
             raise ValidationError(f"DualSolver: tie_rtol must be a number in (0, 1e-3], got {tie_rtol!r}")
@@ -193,7 +196,13 @@ class DualSolver(Solver):
         self.kernel = kernel
         self.kernel_threads = None if kernel_threads is None else int(kernel_threads)
         self.max_dense_n = _sizing.check_max_dense_n(max_dense_n, "DualSolver")
-        self.full_min_n = _sizing.check_optional_int(full_min_n, "DualSolver", "full_min_n", 1)
+        if isinstance(full_min_n, str) and full_min_n == "auto":
+            self.full_min_n = "auto"
+        elif full_min_n is not None and (isinstance(full_min_n, (bool, str)) or not isinstance(full_min_n, numbers.Integral)
+                                         or full_min_n < 1):
+            raise ValidationError(f"DualSolver: full_min_n must be 'auto', None or an integer >= 1, got {full_min_n!r}")
+        else:
+            self.full_min_n = None if full_min_n is None else int(full_min_n)
         self.max_pairs = _sizing.check_optional_int(max_pairs, "DualSolver", "max_pairs", 1)
         if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, numbers.Real)
                                        or not max_seconds > 0):
@@ -253,8 +262,7 @@ class DualSolver(Solver):
     def check_size(self, n: int, *, sparse: bool = False, held: bool = False, embedding: bool = False) -> None:
         """Refuse (ValidationError) a full problem of n points past ``max_dense_n``, with the estimate
         (an embedding cost from ``full_min_n`` on takes the full path, which is never refused)."""
-        full_min_n = getattr(self, "full_min_n", None)
-        if embedding and full_min_n is not None and n >= full_min_n:
+        if embedding and _dual_full.reaches(self, n):
             return
         if not sparse:
             _sizing.refuse_dense(self, n, held=held)
