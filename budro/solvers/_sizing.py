@@ -115,12 +115,14 @@ def check_max_dense_n(value: Any, owner: str) -> int | None:
     return int(value)
 
 
-def check_optional_int(value: Any, owner: str, name: str, minimum: int) -> int | None:
-    """None, or an integer >= ``minimum`` (ValidationError naming ``name`` otherwise)."""
-    if value is None:
-        return None
+def check_optional_int(value: Any, owner: str, name: str, minimum: int, *, words: tuple[str, ...] = ()):
+    """None, one of ``words``, or an integer >= ``minimum`` (ValidationError naming ``name``
+    otherwise)."""
+    if value is None or (isinstance(value, str) and value in words):
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValidationError(f"{owner}: {name} must be None or an integer >= {minimum}, got {value!r}")
+        expected = "".join(f"{w!r}, " for w in words) + f"None or an integer >= {minimum}"
+        raise ValidationError(f"{owner}: {name} must be {expected}, got {value!r}")
     return int(value)
 
 

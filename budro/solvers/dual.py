@@ -196,13 +196,7 @@ class DualSolver(Solver):
         self.kernel = kernel
         self.kernel_threads = None if kernel_threads is None else int(kernel_threads)
         self.max_dense_n = _sizing.check_max_dense_n(max_dense_n, "DualSolver")
-        if isinstance(full_min_n, str) and full_min_n == "auto":
-            self.full_min_n = "auto"
-        elif full_min_n is not None and (isinstance(full_min_n, (bool, str)) or not isinstance(full_min_n, numbers.Integral)
-                                         or full_min_n < 1):
-            raise ValidationError(f"DualSolver: full_min_n must be 'auto', None or an integer >= 1, got {full_min_n!r}")
-        else:
-            self.full_min_n = None if full_min_n is None else int(full_min_n)
+        self.full_min_n = _sizing.check_optional_int(full_min_n, "DualSolver", "full_min_n", 1, words=("auto",))
         self.max_pairs = _sizing.check_optional_int(max_pairs, "DualSolver", "max_pairs", 1)
         if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, numbers.Real)
                                        or not max_seconds > 0):
