@@ -176,8 +176,7 @@ def candidates(solver, problem: TransportProblem, red: Reduction, floor: float =
     columns attached; and the number kept by dominance.  ``floor``: as
     :func:`budro.solvers._dual_sparse.sparse_candidates`'; ``compiled``: by the compiled kernel
     (:func:`compiled`)."""
-    use_compiled = compiled
-    top, rep = red.reduce(problem.losses, compiled=use_compiled)
+    top, rep = red.reduce(problem.losses, compiled=compiled)
     cand, n_dom = list_candidates(solver, red.layout, top, problem.n, problem.eps, tie_margin(solver, problem),
-                                  floor, compiled=use_compiled)
+                                  floor, compiled=compiled)
     return dataclasses.replace(cand, expand=red.expander(rep)), n_dom

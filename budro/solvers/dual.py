@@ -341,9 +341,10 @@ class DualSolver(Solver):
         # Lists (sparse or reduced): candidates exact from a floor under the last rounds' eta*
         # (far fewer pairs); should eta* lie below it, they are made again without one
         # (_dual_plan.EtaFloor).
-        floors = None
+        layout = floors = None
         if sparse or reduced is not None:
-            floors = (_dual_sparse.sparse_layout(self, problem) if sparse else reduced.layout).floors
+            layout = _dual_sparse.sparse_layout(self, problem) if sparse else reduced.layout
+            floors = layout.floors
 
         def lists(floor: float) -> tuple[_Candidates, int]:
             if sparse:
@@ -355,7 +356,6 @@ class DualSolver(Solver):
             if floor == 0.0 and not use_compiled and not floors.resting():
                 # numpy passes with no eta* known yet: a trial floor far below any eta* measured
                 # (_dual_sparse.TRIAL_FLOOR), should eta* lie below it, as any floor
-                layout = _dual_sparse.sparse_layout(self, problem) if sparse else reduced.layout
                 floor = _dual_sparse.trial_floor(layout, problem.losses)
             candidates, pruned_pairs = lists(floor)
             eta0 = self._breakpoint_eta(problem, candidates)
