@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -87,13 +88,9 @@ class _SparseLayout:
         return float(self.C.max()) if self.C.size else 0.0
 
     @functools.cached_property
-    def prefix_keys(self) -> tuple | None:
-        """``(keys, step, shifts, offsets, flat, first_C, first_flat)`` for
-        :func:`floored_candidates`' head search: the costs flattened with column j shifted by
-        ``shifts[j] = j * step`` (a power of two above twice the largest cost), so that one
-        ``searchsorted`` finds every column's head at once; ``offsets[j] = j m``; ``flat``
-        flattened (int32 where it fits); the cost and flat index of each list's first entry.
-        None where a cost is not finite or negative (the lists are then scanned whole)."""
+    def prefix_keys(self) -> "_PrefixKeys | None":
+        """:func:`floored_candidates`' head search (:class:`_PrefixKeys`); None where a cost is not
+        finite or negative (the lists are then scanned whole)."""
         n, m = self.rows.shape
         C = self.C
         if C.size == 0 or not np.isfinite(C).all() or C.min() < 0.0:
@@ -101,8 +98,20 @@ class _SparseLayout:
         step = 2.0 ** np.ceil(np.log2(2.0 * float(C.max()) + 2.0))
         shifts = step * np.arange(n)
         flat = self.flat.reshape(-1)  # (int32 where it fits: take reads any integer indices)
-        return ((C + shifts[:, None]).reshape(-1), float(step), shifts, np.arange(n) * m, flat,
-                np.ascontiguousarray(C[:, 0]), np.ascontiguousarray(flat[::m]))
+        return _PrefixKeys((C + shifts[:, None]).reshape(-1), float(step), shifts, np.arange(n) * m, flat,
+                           np.ascontiguousarray(C[:, 0]), np.ascontiguousarray(flat[::m]))
+
+
+class _PrefixKeys(NamedTuple):
+    """The lists of a layout as :func:`floored_candidates` reads them."""
+
+    keys: np.ndarray  # the costs flattened, column j shifted by shifts[j] (one searchsorted finds every head)
+    step: float  # a power of two above twice the largest cost
+    shifts: np.ndarray  # j * step
+    offsets: np.ndarray  # j * m: where each list starts in the flattened arrays
+    flat: np.ndarray  # the lists' flat loss indices, flattened (int32 where they fit)
+    first_C: np.ndarray  # each list's first (cheapest) cost
+    first_flat: np.ndarray  # and its flat loss index
 
 
 def sparse_layout(solver, problem: TransportProblem) -> "_SparseLayout":
@@ -366,11 +375,17 @@ def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: 
     rows = layout.rows.reshape(-1)[idx]
     C = layout.C.reshape(-1)[idx]
     R = losses_flat[layout.flat.reshape(-1)[idx]]
-    cols = np.repeat(np.arange(n), counts)
+    return _hull_candidates(layout, rows, np.repeat(np.arange(n), counts), R, C, tau)
+
+
+def _hull_candidates(layout: _SparseLayout, rows, cols, R, C, tau: float, floor: float = 0.0) -> tuple[_Candidates, int]:
+    """The pairs dominance kept (grouped by column, in cost order) pruned to each column's upper
+    hull: the candidates (exact from ``floor``) and how many pairs dominance kept."""
+    n = layout.rows.shape[0]
     n_dominance = int(rows.size)
     rows, cols, R, C = _upper_hulls(rows, cols, R, C, tau, n)
-    starts = np.searchsorted(cols, np.arange(n))
-    return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, weights=layout.weights), n_dominance
+    return _Candidates(rows=rows, cols=cols, starts=np.searchsorted(cols, np.arange(n)), R=R, C=C,
+                       weights=layout.weights, floor=float(floor)), n_dominance
 
 
 #: The numpy path's trial floor where no eta* is known yet (a fit's first two rounds), relative to
@@ -412,11 +427,11 @@ def floored_candidates(layout: _SparseLayout, losses: np.ndarray, tau: float, fl
     only ever keeps more; the kept pairs are a superset of the compiled kernel's (tests:
     ``pytest tests/test_solvers_lists.py -k floor``).
     """
-    keys, step, shifts, offsets, flat, first_C, first_flat = layout.prefix_keys
-    n = offsets.size
+    prefix = layout.prefix_keys
+    n, first_C = prefix.offsets.size, prefix.first_C
     losses = np.ascontiguousarray(losses, dtype=np.float64)
     losses_flat = losses.reshape(-1)
-    first_R = losses_flat.take(first_flat)
+    first_R = losses_flat.take(prefix.first_flat)
     first_V = first_R - floor * first_C
     top = losses.max(axis=0)
     # tau and a bound of the rounding of V (|R| <= scale, floor C <= floor max C)
@@ -438,12 +453,8 @@ def floored_candidates(layout: _SparseLayout, losses: np.ndarray, tau: float, fl
     np.greater_equal(W[1:] + (room + 4.0 * float(np.spacing(shift * n))), best[:-1], out=keep[1:])
     keep[1:] |= cols[1:] != cols[:-1]
     kept = np.flatnonzero(keep)
-    rows, cols, C = head.rows.take(sel.take(kept)), cols.take(kept), C.take(kept)
-    R = losses_flat.take(lflat.take(kept))
-    n_dominance = int(rows.size)
-    rows, cols, R, C = _upper_hulls(rows, cols, R, C, tau, n)
-    return _Candidates(rows=rows, cols=cols, starts=np.searchsorted(cols, np.arange(n)), R=R, C=C,
-                       weights=layout.weights, floor=float(floor)), n_dominance
+    return _hull_candidates(layout, head.rows.take(sel.take(kept)), cols.take(kept),
+                            losses_flat.take(lflat.take(kept)), C.take(kept), tau, floor)
 
 
 def _floored_whole_lists(layout: _SparseLayout, losses_flat: np.ndarray, tau: float, room: float,
@@ -451,7 +462,7 @@ def _floored_whole_lists(layout: _SparseLayout, losses_flat: np.ndarray, tau: fl
     """:func:`floored_candidates`' steps 2 and 3 on the whole lists, as an (n, m) array (the
     running maximum along each list; no head, no shift)."""
     n, m = layout.rows.shape
-    flat = layout.prefix_keys[4]
+    flat = layout.prefix_keys.flat
     V = layout.C * -floor
     V += losses_flat.take(flat).reshape(n, m)
     best = np.maximum.accumulate(V, axis=1)
@@ -459,12 +470,8 @@ def _floored_whole_lists(layout: _SparseLayout, losses_flat: np.ndarray, tau: fl
     keep[:, 0] = True
     np.greater_equal(V[:, 1:] + room, best[:, :-1], out=keep[:, 1:])
     kept = np.flatnonzero(keep)
-    rows, C = layout.rows.reshape(-1).take(kept), layout.C.reshape(-1).take(kept)
-    R, cols = losses_flat.take(flat.take(kept)), kept // m
-    n_dominance = int(rows.size)
-    rows, cols, R, C = _upper_hulls(rows, cols, R, C, tau, n)
-    return _Candidates(rows=rows, cols=cols, starts=np.searchsorted(cols, np.arange(n)), R=R, C=C,
-                       weights=layout.weights, floor=float(floor)), n_dominance
+    return _hull_candidates(layout, layout.rows.reshape(-1).take(kept), kept // m,
+                            losses_flat.take(flat.take(kept)), layout.C.reshape(-1).take(kept), tau, floor)
 
 
 class WarmHeads:
