@@ -408,6 +408,25 @@ def test_property_renumbered_solve_is_the_same_problem(problem, kernel):
     assert abs(renumbered.objective - lp.objective) <= RTOL * max(1.0, abs(lp.objective))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n", [1, 7, 5000])
+def test_renumbering_gather_equals_take(n, threads):
+    """The rows gathered for a renumbered solve (the losses in, the weights back): the compiled
+    gather on the kernel threads (from GATHER_PARALLEL_MIN rows; lowered here) and np.take give
+    ``a[idx]`` exactly; below the threshold np.take, whatever the kernel."""
+    from unittest import mock
+
+    from budro.solvers import _dual_sparse
+
+    rng = np.random.default_rng(n)
+    a, idx = rng.normal(size=(n, 3)), rng.permutation(n)
+    for kernel in ["numpy", "numba"] if _sparse_kernels.available() else ["numpy"]:
+        solver = DualSolver(kernel=kernel, kernel_threads=threads)
+        np.testing.assert_array_equal(_dual_sparse._rows(solver, a, idx), a[idx])
+        with mock.patch.object(_dual_sparse, "GATHER_PARALLEL_MIN", 1):
+            np.testing.assert_array_equal(_dual_sparse._rows(solver, a, idx), a[idx])
+
+
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 40), m=st.integers(1, 6), seed=st.integers(0, 2**31))
 def test_locality_order_is_a_permutation_of_any_lists(n, m, seed):

@@ -242,11 +242,20 @@ def solve_renumbered(solver, problem: TransportProblem, order: "_Locality", eta0
     return lazy_plan_result(_inner_plan_numbered_back, (r, perm, order.inv, n), **fields)
 
 
+#: Rows from which :func:`_rows` gathers on the kernel threads (np.take below).  Measured on
+#: this project's 2-core machine, (n, 2) rows in a random order: n = 10^5 take 146 us, the
+#: compiled gather on two threads 124 us; 36 177 (Adult) 45 against 48 us alone, and inside a fit,
+#: whose booster has just had the cores, the threads' wake-up made it 0.24 against 0.1 ms a call.
+GATHER_PARALLEL_MIN = 100_000
+
+
 def _rows(solver, a: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """``a[idx]`` for an (n, K) float64 array: by the compiled gather on the kernel threads
-    (7.7-9.3 against 13.6-18.8 ms at 10^6 points), else np.take (a row gather 8x faster than
-    fancy indexing at that size)."""
-    use = _sparse_kernels.kernel_threads(solver.kernel_threads, idx.size) if compiled(solver) else 1
+    """``a[idx]`` for an (n, K) float64 array: by the compiled gather on the kernel threads from
+    :data:`GATHER_PARALLEL_MIN` rows (7.7-9.3 against 13.6-18.8 ms at 10^6 points), else np.take
+    (a row gather 8x faster than fancy indexing at that size)."""
+    if idx.size < GATHER_PARALLEL_MIN or not compiled(solver):
+        return np.take(a, idx, axis=0)
+    use = _sparse_kernels.kernel_threads(solver.kernel_threads, idx.size)
     if use == 1 or a.dtype != np.float64 or a.ndim != 2:  # (one thread: no parallel kernel, as in a forked child)
         return np.take(a, idx, axis=0)
     out = np.empty(a.shape)
