@@ -273,6 +273,60 @@ def test_saved_model_loads_in_plain_lightgbm_with_its_objective(tmp_path, K):
     assert backend.n_rounds == 3
 
 
+@pytest.mark.parametrize("reserve", [None, 0])
+@pytest.mark.parametrize("case", ["binary", "multiclass", "categorical", "large"])
+def test_model_text_is_model_to_string_serialised_once(case, reserve, monkeypatch):
+    """``_model_text`` (LightGBM's C serialisation called once into a reserved buffer) gives
+    ``model_to_string``'s text exactly: two and three classes, native categorical splits (their
+    bitsets), a model of over 1 MiB (where ``model_to_string`` serialises twice), and a
+    reservation too short (``reserve=0``: 64 KiB, the second call with the reported size)."""
+    from budro.backends import lightgbm as bl
+
+    if reserve is not None:
+        monkeypatch.setattr(bl, "_TEXT_BYTES_PER_NODE", reserve)
+    K = 3 if case == "multiclass" else 2
+    n = 3000 if case == "large" else N
+    X, y = make_data(n=n, K=K)
+    categorical = ()
+    if case == "categorical":
+        X[:, 2] = np.random.default_rng(3).integers(0, 12, len(y))
+        categorical = (2,)
+    backend = LightGBMBackend(num_threads=1, num_leaves=255 if case == "large" else 7, min_data_in_leaf=1)
+    backend.start(X, y, K, categorical_features=categorical)
+    for r in range(45 if case == "large" else 3):
+        backend.step(random_weights(len(y), K, seed=r))
+    booster = backend.model
+    expected = booster.model_to_string(num_iteration=-1)
+    if case == "large":
+        assert len(expected) > 1 << 20
+    assert bl._model_text(booster) == expected
+    if case == "categorical":
+        assert "cat_threshold=" in expected
+
+
+def test_objective_line_goes_after_max_feature_idx_in_the_header_only():
+    """The objective line is inserted after ``max_feature_idx`` (where LightGBM writes it), the
+    text left as it was around it; a text whose header has one keeps it; a line that starts with
+    ``objective=`` further down (never in LightGBM's trees) is not read as the header's."""
+    from budro.backends.lightgbm import _with_objective_line
+
+    text = "tree\nversion=v4\nnum_class=1\nmax_feature_idx=4\nfeature_names=a b\n\nTree=0\nnum_leaves=1\n\nend of trees\n"
+    out = _with_objective_line(text, "binary sigmoid:1")
+    assert out == text.replace("max_feature_idx=4\n", "max_feature_idx=4\nobjective=binary sigmoid:1\n")
+    assert _with_objective_line(out, "multiclass num_class:3") == out
+    later = text + "objective=none\n"
+    assert _with_objective_line(later, "binary sigmoid:1") == out + "objective=none\n"
+    X, y = make_data()
+    backend = LightGBMBackend(num_threads=1, num_leaves=7)
+    backend.start(X, y, 2)
+    backend.step(random_weights(len(y), 2))
+    plain = backend.model.model_to_string(num_iteration=-1)
+    assert "\nobjective=" not in plain
+    lines = plain.split("\n")
+    lines.insert(lines.index(next(l for l in lines if l.startswith("max_feature_idx="))) + 1, "objective=binary sigmoid:1")
+    assert backend._model_string() == "\n".join(lines)
+
+
 def test_finished_backend_pickles_and_predicts_probabilities():
     X, y = make_data()
     backend = LightGBMBackend(num_threads=1, num_leaves=7)
