@@ -704,9 +704,12 @@ def _with_objective_line(text: str, objective: str) -> str:
     head = text if end < 0 else text[:end]
     if head.startswith("objective=") or "\nobjective=" in head:
         return text
-    at = 0 if head.startswith("max_feature_idx=") else head.find("\nmax_feature_idx=") + 1
-    if at == 0 and not head.startswith("max_feature_idx="):  # find gave -1
-        raise BudroError("unexpected LightGBM model text: no 'max_feature_idx=' line")  # pragma: no cover
+    if head.startswith("max_feature_idx="):
+        at = 0
+    else:
+        at = head.find("\nmax_feature_idx=") + 1
+        if at == 0:  # pragma: no cover - LightGBM always writes it
+            raise BudroError("unexpected LightGBM model text: no 'max_feature_idx=' line")
     eol = text.find("\n", at)
     if eol < 0:  # pragma: no cover - the header always goes on after this line
         return f"{text}\nobjective={objective}"
