@@ -304,6 +304,22 @@ def test_model_text_is_model_to_string_serialised_once(case, reserve, monkeypatc
         assert "cat_threshold=" in expected
 
 
+def test_model_text_falls_back_to_model_to_string_when_the_reservation_is_refused(monkeypatch):
+    """A buffer the system refuses (MemoryError) is no failure: ``model_to_string``'s own text."""
+    from budro.backends import lightgbm as bl
+
+    X, y = make_data()
+    backend = LightGBMBackend(num_threads=1, num_leaves=7)
+    backend.start(X, y, 2)
+    backend.step(random_weights(len(y), 2))
+    expected = backend.model.model_to_string(num_iteration=-1)
+
+    monkeypatch.setattr(bl, "_TEXT_BYTES_PER_NODE", 1 << 50)  # petabytes a node: numpy refuses
+    with pytest.raises(MemoryError):
+        np.empty((1 << 50) * 10, dtype=np.uint8)
+    assert bl._model_text(backend.model) == expected
+
+
 def test_objective_line_goes_after_max_feature_idx_in_the_header_only():
     """The objective line is inserted after ``max_feature_idx`` (where LightGBM writes it), the
     text left as it was around it; a text whose header has one keeps it; a line that starts with

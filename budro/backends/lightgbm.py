@@ -671,7 +671,7 @@ def _model_text(booster) -> str:
     with the same arguments) writes into a buffer reserved for the model's nodes (counted from
     its split importances: splits + trees); should the reservation be short, it is called again
     with the size it reported.  Where the lightgbm package does not expose these names (another
-    version), ``model_to_string`` itself."""
+    version), or the system refuses the reservation (MemoryError), ``model_to_string`` itself."""
     try:
         import ctypes
 
@@ -684,7 +684,10 @@ def _model_text(booster) -> str:
     splits = int(np.asarray(booster.feature_importance(importance_type="split"), dtype=np.int64).sum())
     size = (1 << 16) + _TEXT_BYTES_PER_NODE * (2 * splits + booster.num_trees())
     for _ in range(2):
-        buffer = np.empty(size, dtype=np.uint8)  # no zero-filling (ctypes.create_string_buffer's)
+        try:
+            buffer = np.empty(size, dtype=np.uint8)  # no zero-filling (ctypes.create_string_buffer's)
+        except MemoryError:  # a reservation the system refuses: the library's own way, as it needs
+            return booster.model_to_string(num_iteration=-1)
         written = ctypes.c_int64(0)
         _safe_call(_LIB.LGBM_BoosterSaveModelToString(
             handle, ctypes.c_int(0), ctypes.c_int(-1), ctypes.c_int(0),  # all iterations, split importance
