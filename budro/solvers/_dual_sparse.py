@@ -539,12 +539,13 @@ class WarmHeads:
                     and 2.0 * drift + max(0.0, tau - self.tau) + 2.0 * (room - tau) <= self.margin):
                 self.warm_rounds += 1
                 return self.head
-        keys, step, shifts, offsets, flat = layout.prefix_keys[:5]
+        prefix = layout.prefix_keys
+        offsets, flat = prefix.offsets, prefix.flat
         n = offsets.size
         for margin in (2.0 * self.horizon * self.rate, 0.0):
             reach = first_C + (top[layout.labels] - first_R + 2.0 * tau + margin) / floor
-            np.minimum(reach, 0.5 * step, out=reach)  # a whole list at most (the keys stay in their column)
-            counts = np.searchsorted(keys, reach + shifts, side="right") - offsets
+            np.minimum(reach, 0.5 * prefix.step, out=reach)  # a whole list at most (the keys stay in their column)
+            counts = np.searchsorted(prefix.keys, reach + prefix.shifts, side="right") - offsets
             starts = np.cumsum(counts) - counts
             total = int(starts[-1] + counts[-1])
             if 2 * total <= layout.C.size:
