@@ -472,8 +472,12 @@ class _AxesTree:
 
         n = Z.shape[0]
         centred = Z - Z.mean(axis=0)
-        _, _, vt = np.linalg.svd(centred[:: max(1, n // 100_000)], full_matrices=False)
-        self.rotated = centred @ vt.T
+        sample = centred[:: max(1, n // 100_000)]
+        # The axes as eigenvectors of the p x p scatter matrix, largest spread first: an SVD of
+        # the sample itself gives the same axes (up to sign) but computes its n x p left factor
+        # too (Adult, 30053 x 38: 25-50 ms alone, 0.25 s inside a fit's set-up, against 1-3 ms).
+        _, axes = np.linalg.eigh(sample.T @ sample)
+        self.rotated = centred @ axes[:, ::-1]
         self.tree = cKDTree(self.rotated, balanced_tree=False)
 
     def intrinsic_dimension(self, m: int, threads: int = 1) -> float:
