@@ -145,3 +145,109 @@ def select_rows(D, r0, r1, start, Z, sqc, kappa, sqc_max, out):  # pragma: no co
         order = np.argsort(exact[:c], kind="mergesort")
         for t in range(m):
             out[q, t] = cand[order[t]]
+
+
+# --- The symmetric search: each pair's product computed once ------------------------------
+#
+# The row-block search above computes every pair's product twice (once for each of its two
+# points).  The symmetric search computes it once, in tiles of the upper triangle: a tile's
+# pair (i, j) is tested against row i's threshold and, off the diagonal, against row j's, and
+# either row collects the other point with its key in float32 (the candidates of all rows are
+# kept until the tiles are done, at most ``cap`` a row).  Per row, as above, a threshold T from
+# every SAMPLE_STEP-th point (:func:`sample_thresholds`), the keys up to ``T + 2 err`` collected,
+# and when at least m of them are at most T (and none was dropped for ``cap``) the m nearest
+# are among them (:func:`finish_candidates`); the other rows are searched again by
+# :func:`select_rows`.
+
+
+@numba.njit(cache=True, nogil=True)
+def sample_thresholds(D, r0, r1, start, sqs, ks, T):  # pragma: no cover - compiled
+    """``T[start + r]`` = the ks-th smallest key ``sqs[s] - 2 D[r, s]`` of row r over the
+    sampled points s (the columns of D), for ``r0 <= r < r1``."""
+    hkey = np.empty(ks)
+    hidx = np.empty(ks, dtype=np.int64)
+    for r in range(r0, r1):
+        T[start + r] = _heap_smallest(D, r, sqs, 1, ks, hkey, hidx)
+
+
+@numba.njit(cache=True, nogil=True)
+def collect_pairs(D, i0, j0, sqc, low, lim, cand, ckey, count, below, both):  # pragma: no cover - compiled
+    """The pairs ``(i0 + a, j0 + b)`` of a tile of products ``D[a, b]``: row ``i = i0 + a``
+    collects point j when its key ``sqc[j] - 2 D[a, b] <= lim[i]`` and, when ``both`` (a tile
+    off the diagonal), row j collects point i when ``sqc[i] - 2 D[a, b] <= lim[j]``.  A row's
+    ``count`` goes on past ``cap = cand.shape[1]`` (the row is then searched again);
+    ``below`` counts its collected keys at most ``low``."""
+    cap = cand.shape[1]
+    A, B = D.shape
+    for a in range(A):
+        i = i0 + a
+        si = sqc[i]
+        li = lim[i]
+        ti = low[i]
+        ci = count[i]
+        bi = below[i]
+        for b in range(B):
+            j = j0 + b
+            d2 = 2.0 * D[a, b]
+            key = sqc[j] - d2
+            if key <= li:
+                if ci < cap:
+                    cand[i, ci] = j
+                    ckey[i, ci] = key
+                ci += 1
+                bi += key <= ti
+            if both:
+                key = si - d2
+                if key <= lim[j]:
+                    cj = count[j]
+                    if cj < cap:
+                        cand[j, cj] = i
+                        ckey[j, cj] = key
+                    count[j] = cj + 1
+                    below[j] += key <= low[j]
+        count[i] = ci
+        below[i] = bi
+
+
+@numba.njit(cache=True, nogil=True)
+def finish_candidates(q0, q1, Z, cand, ckey, count, below, band, out, redo):  # pragma: no cover - compiled
+    """Rows ``q0 <= q < q1``: their m nearest points (m = ``out.shape[1]``) by exact cost and then
+    row order from their collected candidates, in ``out[q]``; ``redo[q] = True`` where the
+    candidates may miss some (fewer than m keys at most the row's threshold, or more than
+    ``cap`` collected).  ``band[q]`` = twice the bound on a stored key's error (the products'
+    rounding and the float32 key's): every point at most as far as the m-th nearest has a stored
+    key within ``band`` of the m-th smallest stored key."""
+    cap = cand.shape[1]
+    m = out.shape[1]
+    hkey = np.empty(m)
+    hidx = np.empty(m, dtype=np.int64)
+    keep = np.empty(cap, dtype=np.int64)
+    exact = np.empty(cap)
+    for q in range(q0, q1):
+        c = count[q]
+        if c > cap or below[q] < m:
+            redo[q] = True
+            continue
+        for t in range(m):
+            hkey[t] = ckey[q, t]
+            hidx[t] = t
+        for s in range(m // 2 - 1, -1, -1):
+            _sift_down(hkey, hidx, m, s)
+        top = hkey[0]
+        for t in range(m, c):
+            if ckey[q, t] < top:
+                hkey[0] = ckey[q, t]
+                hidx[0] = t
+                _sift_down(hkey, hidx, m, 0)
+                top = hkey[0]
+        bound = top + band[q]
+        kept = 0
+        for t in range(c):
+            if ckey[q, t] <= bound:
+                keep[kept] = cand[q, t]
+                kept += 1
+        ids = np.sort(keep[:kept])  # row order, for the ties
+        sq_distances(Z, q, ids, kept, exact)
+        order = np.argsort(exact[:kept], kind="mergesort")
+        for t in range(m):
+            out[q, t] = ids[order[t]]

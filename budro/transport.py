@@ -444,6 +444,15 @@ KNN_KERNEL_MIN_PAIRS = 200_000_000
 KNN_NS_PER_PAIR, KNN_NS_PER_PAIR_DIM = 1.2, 0.05
 KNN_BLOCK_BYTES = 16 << 20
 USE_KNN_KERNEL = True
+#: The compiled search computes each pair's product once (:func:`_symmetric_search`) from
+#: KNN_SYMMETRIC_MIN_N points on, where its kept candidates (8 bytes each,
+#: :func:`_symmetric_capacity` a row) take at most KNN_SYMMETRIC_MAX_BYTES; else twice, in row
+#: blocks.  Its tiles hold KNN_TILE_ROWS x KNN_TILE_COLS products; its schedule cuts the points
+#: into KNN_GROUPS_PER_THREAD groups per thread (more groups: better balance, more waits).
+KNN_SYMMETRIC_MIN_N = 8192
+KNN_SYMMETRIC_MAX_BYTES = 1 << 30
+KNN_TILE_ROWS, KNN_TILE_COLS = 256, 2048
+KNN_GROUPS_PER_THREAD = 4
 #: ``dedupe="auto"`` searches the distinct points only when they are at most this share of the rows.
 DEDUPE_MAX_SHARE = 0.9
 #: faiss IVF: about ``IVF_POINTS_PER_CELL`` points per k-means cell, the ``IVF_NPROBE`` nearest cells searched.
@@ -591,10 +600,11 @@ def distance_error_factor(p: int, sq_max: float, sqc_max: float, unit: float) ->
 
 def _compiled_brute_force(select_rows, Z: np.ndarray, m: int, threads: int) -> np.ndarray:
     """Exact m nearest neighbours (ties at the m-th cost by row order): float32 dot products of the
-    centred points in row blocks (single-threaded GEMMs, one block per task on ``threads`` Python
-    threads: BLAS's own pool would spin beside the compiled selection), candidates by a
-    certified bound on their rounding, exact float64 costs of the candidates
-    (:mod:`budro._knn_numba`)."""
+    centred points (single-threaded GEMMs on ``threads`` Python threads: BLAS's own pool would
+    spin beside the compiled selection), candidates by a certified bound on their rounding,
+    exact float64 costs of the candidates (:mod:`budro._knn_numba`).  Each pair's product once
+    (:func:`_symmetric_search`) where it applies, then the rows it leaves (and otherwise every
+    row) by ``select_rows``, in row blocks of about KNN_BLOCK_BYTES of products."""
     Z = np.ascontiguousarray(Z, dtype=np.float64)
     n, p = Z.shape
     Zc = Z - Z.mean(axis=0)
@@ -603,15 +613,148 @@ def _compiled_brute_force(select_rows, Z: np.ndarray, m: int, threads: int) -> n
     sqc_max = float(sqc.max()) if n else 0.0
     kappa = distance_error_factor(p, float(np.einsum("ij,ij->i", Z, Z).max()) if n else 0.0, sqc_max, 2.0**-24)
     out = np.empty((n, m), dtype=np.intp)
-    rows = int(max(16, min(n, KNN_BLOCK_BYTES // max(4 * n, 1))))
-
-    def run(s0, s1):
-        D = np.matmul(Zf[s0:s1], Zf.T)
-        select_rows(D, 0, s1 - s0, s0, Z, sqc, kappa, sqc_max, out)
-
     with pool_limits(1, "blas"):
-        run_spans(run, n, rows, threads)
+        rows = None
+        if _symmetric_applies(n, m, sqc_max, kappa):
+            rows = np.flatnonzero(_symmetric_search(Zf, Z, sqc, kappa, sqc_max, out, threads))
+        if rows is None:
+            size = int(max(16, min(n, KNN_BLOCK_BYTES // max(4 * n, 1))))
+
+            def run(s0, s1):
+                D = np.matmul(Zf[s0:s1], Zf.T)
+                select_rows(D, 0, s1 - s0, s0, Z, sqc, kappa, sqc_max, out)
+
+            run_spans(run, n, size, threads)
+        elif len(rows):
+
+            def redo(s0, s1):
+                for q in rows[s0:s1]:
+                    D = np.matmul(Zf[q:q + 1], Zf.T)
+                    select_rows(D, 0, 1, q, Z, sqc, kappa, sqc_max, out)
+
+            run_spans(redo, len(rows), max(1, -(-len(rows) // max(1, threads))), threads)
     return out
+
+
+def _symmetric_sample_rank(m: int) -> int:
+    """The symmetric search's threshold: the ``m // SAMPLE_STEP + SAMPLE_EXTRA``-th smallest key
+    over every SAMPLE_STEP-th point (about m + SAMPLE_EXTRA SAMPLE_STEP points of all below it;
+    a row whose m nearest hold more sampled points than that is searched again)."""
+    from budro._knn_numba import SAMPLE_EXTRA, SAMPLE_STEP
+
+    return m // SAMPLE_STEP + SAMPLE_EXTRA
+
+
+def _symmetric_capacity(m: int) -> int:
+    """Candidates kept per row by the symmetric search: twice those expected below the threshold,
+    and 64 more (a row collecting more is searched again)."""
+    from budro._knn_numba import SAMPLE_STEP
+
+    return 2 * SAMPLE_STEP * _symmetric_sample_rank(m) + 64
+
+
+def _symmetric_applies(n: int, m: int, sqc_max: float, kappa: float) -> bool:
+    """Whether :func:`_symmetric_search` runs: from KNN_SYMMETRIC_MIN_N points, with enough
+    sampled points for its threshold, its candidates within KNN_SYMMETRIC_MAX_BYTES, and every
+    key representable in float32 (the kept keys' type)."""
+    from budro._knn_numba import SAMPLE_STEP
+
+    ks = _symmetric_sample_rank(m)
+    return (n >= KNN_SYMMETRIC_MIN_N and n >= 4 * SAMPLE_STEP * ks and m <= n
+            and 8 * n * _symmetric_capacity(m) <= KNN_SYMMETRIC_MAX_BYTES
+            and sqc_max < 1e30 and kappa < 1.0)
+
+
+def _round_robin(groups: int) -> list[list[tuple[int, int]]]:
+    """Every pair of ``groups`` (even) groups once, in ``groups - 1`` rounds of disjoint pairs
+    (the circle method of round-robin tournaments)."""
+    rounds, last = [], groups - 1
+    for r in range(last):
+        pairs = [(r, last)]
+        for k in range(1, groups // 2):
+            pairs.append(((r + k) % last, (r - k) % last))
+        rounds.append([(min(a, b), max(a, b)) for a, b in pairs])
+    return rounds
+
+
+def _symmetric_search(Zf: np.ndarray, Z: np.ndarray, sqc: np.ndarray, kappa: float, sqc_max: float,
+                      out: np.ndarray, threads: int) -> np.ndarray:
+    """The m nearest points of every row (``out``, m = ``out.shape[1]``) with each pair's float32
+    product computed once; returns the rows whose candidates may miss some (True: to be searched
+    again by ``select_rows``).
+
+    Per row a threshold from every SAMPLE_STEP-th point (a GEMM on those points only), then tiles
+    of the upper triangle of the products (:func:`budro._knn_numba.collect_pairs`: each tile's
+    pair tested for both its rows), then each row's exact m nearest among its candidates
+    (:func:`budro._knn_numba.finish_candidates`).  The points are cut into groups, two a thread:
+    first each group's own triangle, then every pair of groups, in rounds of pairs with no group
+    in common (no two threads write the same rows' candidates)."""
+    from budro._knn_numba import SAMPLE_STEP, collect_pairs, finish_candidates, sample_thresholds
+
+    n, m = out.shape
+    ks = _symmetric_sample_rank(m)
+    Zs = np.ascontiguousarray(Zf[::SAMPLE_STEP])
+    sqs = np.ascontiguousarray(sqc[::SAMPLE_STEP])
+    low = np.empty(n)  # the thresholds T (keys)
+    size = int(max(16, min(n, KNN_BLOCK_BYTES // max(4 * len(Zs), 1))))
+
+    def thresholds(s0, s1):
+        sample_thresholds(np.matmul(Zf[s0:s1], Zs.T), 0, s1 - s0, s0, sqs, ks, low)
+
+    run_spans(thresholds, n, size, threads)
+    err = kappa * (sqc + sqc_max)
+    lim = low + 2.0 * err
+    cap = _symmetric_capacity(m)
+    cand = np.empty((n, cap), dtype=np.int32)
+    ckey = np.empty((n, cap), dtype=np.float32)
+    count = np.zeros(n, dtype=np.int64)
+    below = np.zeros(n, dtype=np.int64)
+    groups = 2 * max(1, threads) * KNN_GROUPS_PER_THREAD
+    edges = np.linspace(0, n, groups + 1).astype(np.int64)
+    TR, TC = KNN_TILE_ROWS, KNN_TILE_COLS
+
+    def tile(buf, i0, i1, j0, j1, both):
+        D = buf[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
+        np.matmul(Zf[i0:i1], Zf[j0:j1].T, out=D)
+        collect_pairs(D, i0, j0, sqc, low, lim, cand, ckey, count, below, both)
+
+    def own(g):  # the pairs within group g
+        buf = np.empty(TR * max(TR, TC), dtype=np.float32)
+        a0, a1 = int(edges[g]), int(edges[g + 1])
+        for i0 in range(a0, a1, TR):
+            i1 = min(a1, i0 + TR)
+            tile(buf, i0, i1, i0, i1, False)  # the square on the diagonal: each row its own side
+            for j0 in range(i1, a1, TC):
+                tile(buf, i0, i1, j0, min(a1, j0 + TC), True)
+
+    def across(pair):  # the pairs between two groups
+        buf = np.empty(TR * TC, dtype=np.float32)
+        a0, a1, b0, b1 = (int(edges[pair[0]]), int(edges[pair[0] + 1]), int(edges[pair[1]]), int(edges[pair[1] + 1]))
+        for i0 in range(a0, a1, TR):
+            for j0 in range(b0, b1, TC):
+                tile(buf, i0, min(a1, i0 + TR), j0, min(b1, j0 + TC), True)
+
+    def each(work, items):
+        if threads > 1:
+            list(pool.map(work, items))
+        else:
+            for item in items:
+                work(item)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        each(own, range(groups))
+        for pairs in _round_robin(groups):
+            each(across, pairs)
+    del lim
+    # twice the bound on a kept key's error: the products' rounding (err) and float32's (a key
+    # is at most 2 (sqc_q + sqc_max) + err in size)
+    band = 2.0 * (err + 2.0**-21 * (sqc + sqc_max + err))
+    redo = np.zeros(n, dtype=np.bool_)
+    run_spans(lambda s0, s1: finish_candidates(s0, s1, Z, cand, ckey, count, below, band, out, redo), n,
+              FINISH_CHUNK, threads)
+    return redo
 
 
 def _exact_neighbors(Z: np.ndarray, m: int, threads: int) -> np.ndarray:

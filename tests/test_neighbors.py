@@ -375,6 +375,91 @@ def test_compiled_brute_force_sampled_threshold_and_its_fallback(seed, integer, 
                                       _reference_lists(Z, m))
 
 
+def _symmetric_redo(monkeypatch) -> list:
+    """Records, per call of the symmetric search, how many rows it left to ``select_rows``."""
+    left = []
+    real = transport._symmetric_search
+    monkeypatch.setattr(transport, "_symmetric_search", lambda *a: (lambda r: left.append(int(r.sum())) or r)(real(*a)))
+    return left
+
+
+@pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(600, 900), p=st.integers(1, 8), m=st.integers(1, 20),
+       copies=st.booleans(), integer=st.booleans(), offset=st.sampled_from([0.0, 1e3, 1e6]),
+       threads=st.sampled_from([1, 2, 3]), tile=st.sampled_from([(7, 13), (64, 64), (256, 2048)]),
+       groups=st.integers(1, 3))
+def test_symmetric_search_gives_the_exact_lists(monkeypatch, seed, n, p, m, copies, integer, offset, threads, tile,
+                                                groups):
+    """Each pair's product computed once (tiles of the upper triangle, both rows of a pair
+    collecting, float32 keys kept): exactly the m nearest points by the lists' own cost, ties by
+    row order, with duplicates, integer coordinates (many exact ties, at the m-th cost too),
+    points far from the origin, any tile shape, thread and group count."""
+    from budro._knn_numba import select_rows
+
+    monkeypatch.setattr(transport, "KNN_SYMMETRIC_MIN_N", 0)
+    monkeypatch.setattr(transport, "KNN_TILE_ROWS", tile[0])
+    monkeypatch.setattr(transport, "KNN_TILE_COLS", tile[1])
+    monkeypatch.setattr(transport, "KNN_GROUPS_PER_THREAD", groups)
+    left = _symmetric_redo(monkeypatch)
+    rng = np.random.default_rng(seed)
+    Z = _clustered(rng, n, p, n_distinct=max(1, n // 3) if copies else None)
+    if integer:
+        Z = np.round(3 * Z)
+    Z = Z + offset
+    got = transport._compiled_brute_force(select_rows, Z, m, threads)
+    assert len(left) == 1  # the symmetric search ran
+    np.testing.assert_array_equal(got, _reference_lists(Z, m))
+
+
+@pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), integer=st.booleans(), m=st.integers(1, 60), capacity=st.booleans())
+def test_symmetric_search_rows_searched_again(monkeypatch, seed, integer, m, capacity):
+    """Rows the symmetric search cannot certify are searched again by rows: those whose m
+    nearest hide from the sample (a cluster at every 16th row, the other rows far away) and, with
+    a capacity of m + 1 candidates a row, those collecting more.  The lists stay exact."""
+    from budro._knn_numba import select_rows
+
+    monkeypatch.setattr(transport, "KNN_SYMMETRIC_MIN_N", 0)
+    if capacity:
+        monkeypatch.setattr(transport, "_symmetric_capacity", lambda m: m + 1)
+    left = _symmetric_redo(monkeypatch)
+    rng = np.random.default_rng(seed)
+    n = 1600
+    Z = _clustered(rng, n, 4, n_distinct=n // 2)
+    Z[np.arange(n) % 16 != 0] += 40.0
+    if integer:
+        Z = np.round(Z)
+    for threads in (1, 2):
+        np.testing.assert_array_equal(transport._compiled_brute_force(select_rows, Z, m, threads),
+                                      _reference_lists(Z, m))
+    assert len(left) == 2 and min(left) > 0
+
+
+@pytest.mark.parametrize("groups", [2, 4, 8, 16])
+def test_round_robin_meets_every_pair_of_groups_once_in_disjoint_rounds(groups):
+    rounds = transport._round_robin(groups)
+    assert len(rounds) == groups - 1
+    met = [pair for pairs in rounds for pair in pairs]
+    assert sorted(met) == [(a, b) for a in range(groups) for b in range(a + 1, groups)]
+    for pairs in rounds:  # no group twice in a round: no two threads write the same rows
+        assert len({g for pair in pairs for g in pair}) == 2 * len(pairs) == groups
+
+
+def test_symmetric_search_applies_only_where_its_keys_and_memory_allow(monkeypatch):
+    monkeypatch.setattr(transport, "KNN_SYMMETRIC_MIN_N", 1000)
+    assert transport._symmetric_applies(30_000, 100, 50.0, 1e-5)
+    assert not transport._symmetric_applies(999, 5, 50.0, 1e-5)  # below KNN_SYMMETRIC_MIN_N
+    monkeypatch.setattr(transport, "KNN_SYMMETRIC_MIN_N", 0)
+    assert not transport._symmetric_applies(16 * 4 * transport._symmetric_sample_rank(100) - 1, 100, 50.0, 1e-5)  # too few sampled points
+    assert transport._symmetric_applies(16 * 4 * transport._symmetric_sample_rank(100), 100, 50.0, 1e-5)
+    assert not transport._symmetric_applies(30_000, 100, 1e31, 1e-5)  # keys beyond float32
+    assert not transport._symmetric_applies(30_000, 100, 50.0, 2.0)  # a useless bound
+    monkeypatch.setattr(transport, "KNN_SYMMETRIC_MAX_BYTES", 8 * 30_000 * transport._symmetric_capacity(100) - 1)
+    assert not transport._symmetric_applies(30_000, 100, 50.0, 1e-5)  # candidates over the memory limit
+
+
 @pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), c=st.integers(0, 23), p=st.integers(1, 9))
