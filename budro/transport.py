@@ -427,6 +427,7 @@ BRUTE_NS_PER_PAIR, BRUTE_NS_PER_PAIR_DIM = 3.6, 0.02
 TREE_NS_PER_POINT, TREE_DIM_POWER = 52.0, 2.5
 BRUTE_MAX_SECONDS = 60.0
 EXAMINED_SAMPLE = 64
+EXAMINED_CHUNK = 1 << 18
 #: NeighborCost's lists are finished by a compiled kernel (numba, where installed) from this many
 #: pairs on, or whenever numba is already imported; in row chunks of FINISH_CHUNK, in threads.
 #: USE_FINISH_KERNEL = False: always the numpy path (tests compare the two).
@@ -500,13 +501,21 @@ class _AxesTree:
         # ``threads`` queries at a time (each query's result is its own: the same distances)
         dist, _ = self.tree.query(self.rotated[rows], k=k, workers=max(1, int(threads)))
         self._sample = (m, rows, np.asarray(dist).reshape(len(rows), k)[:, min(m, k) - 1])
-        inverse = []
-        for d in np.asarray(dist).reshape(len(rows), k):
-            d = d[d > 0]  # the point itself and its copies
-            if len(d) >= 3 and d[-1] > d[0]:
-                inverse.append(np.mean(np.log(d[-1] / d[:-1])))
-        if not inverse:
+        # Per query, over its positive distances d (the point itself and its copies left out:
+        # sorted, they are a suffix), the mean of log(d[-1] / d[:-1]) where there are at least
+        # three and d[-1] > d[0]; in whole-array operations (a loop of small ones would wait for
+        # the interpreter at each, beside the set-up's background thread)
+        D = np.asarray(dist).reshape(len(rows), k)
+        positive = D > 0
+        count = positive.sum(axis=1)
+        last = D[:, -1]
+        first = D[np.arange(len(D)), np.minimum(k - count, k - 1)]
+        used = (count >= 3) & (last > first)
+        if not used.any():
             return 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.where(positive, np.log(last[:, None] / np.where(positive, D, 1.0)), 0.0)
+        inverse = logs[used].sum(axis=1) / (count[used] - 1)
         return float(1.0 / max(np.mean(inverse), 1e-12))
 
     def examined(self, m: int) -> float:
@@ -529,15 +538,19 @@ class _AxesTree:
         lo = np.minimum.reduceat(points, starts, axis=0)
         hi = np.maximum.reduceat(points, starts, axis=0)
         sizes = np.diff(np.append(starts, len(points)))
-        counts = []
-        below, above = np.empty_like(lo), np.empty_like(lo)  # reused: no fresh pages per query
-        for q, r in zip(self.rotated[rows[:EXAMINED_SAMPLE]], radius[:EXAMINED_SAMPLE]):
-            np.subtract(lo, q, out=below)
-            np.subtract(q, hi, out=above)
-            np.maximum(below, above, out=below)
-            np.maximum(below, 0.0, out=below)
-            counts.append(int(sizes[np.einsum("ij,ij->i", below, below) <= r * r * (1 + 1e-9)].sum()))
-        return float(np.mean(counts)) if counts else float(len(points))
+        queries, radius = self.rotated[rows[:EXAMINED_SAMPLE]], radius[:EXAMINED_SAMPLE]
+        if not len(queries):
+            return float(len(points))
+        # queries in chunks of about EXAMINED_CHUNK box coordinates (few, large operations: see
+        # intrinsic_dimension)
+        chunk = max(1, EXAMINED_CHUNK // max(1, lo.size))
+        counts = np.empty(len(queries))
+        for s in range(0, len(queries), chunk):
+            q = queries[s:s + chunk, None, :]
+            gap = np.maximum(np.maximum(lo - q, q - hi), 0.0)
+            r = radius[s:s + chunk, None]
+            counts[s:s + chunk] = (np.einsum("qij,qij->qi", gap, gap) <= r * r * (1 + 1e-9)) @ sizes
+        return float(np.mean(counts))
 
     def query(self, m: int, threads: int) -> np.ndarray:
         n = self.rotated.shape[0]
