@@ -490,6 +490,11 @@ class _AxesTree:
         self.rotated = centred @ axes[:, ::-1]
         self.tree = cKDTree(self.rotated, balanced_tree=False)
 
+    def _seeded_rows(self) -> np.ndarray:
+        """The :data:`DIMENSION_SAMPLE` seeded points of the estimates (sorted; the same on every run)."""
+        n = self.rotated.shape[0]
+        return np.sort(np.random.default_rng(_SEED).choice(n, size=min(n, DIMENSION_SAMPLE), replace=False))
+
     def intrinsic_dimension(self, m: int, threads: int = 1) -> float:
         """Levina and Bickel's maximum-likelihood estimate of the data's dimension at the scale of
         the m nearest neighbours, from :data:`DIMENSION_SAMPLE` seeded points (deterministic;
@@ -497,10 +502,10 @@ class _AxesTree:
         close to brute force when it is high."""
         n = self.rotated.shape[0]
         k = int(min(max(m, 10), n))
-        rows = np.sort(np.random.default_rng(_SEED).choice(n, size=min(n, DIMENSION_SAMPLE), replace=False))
+        rows = self._seeded_rows()
         # ``threads`` queries at a time (each query's result is its own: the same distances)
         dist, _ = self.tree.query(self.rotated[rows], k=k, workers=max(1, int(threads)))
-        self._sample = (m, rows, np.asarray(dist).reshape(len(rows), k)[:, min(m, k) - 1])
+        self._radius = (m, np.asarray(dist).reshape(len(rows), k)[:, min(m, k) - 1])
         # Per query, over its positive distances d (the point itself and its copies left out:
         # sorted, they are a suffix), the mean of log(d[-1] / d[:-1]) where there are at least
         # three and d[-1] > d[0]; in whole-array operations (a loop of small ones would wait for
@@ -518,14 +523,20 @@ class _AxesTree:
         inverse = logs[used].sum(axis=1) / (count[used] - 1)
         return float(1.0 / max(np.mean(inverse), 1e-12))
 
-    def examined(self, m: int) -> float:
+    def examined(self, m: int, threads: int = 1) -> float:
         """Points a query of the m nearest examines, estimated without timing anything (so the
-        choice it informs depends on the data only): over :data:`EXAMINED_SAMPLE` of the seeded
-        points of :meth:`intrinsic_dimension`, the mean number of points in the tree's leaves
-        whose bounding box meets the ball of the query's m-th nearest distance."""
-        if getattr(self, "_sample", (None,))[0] != m:
-            self.intrinsic_dimension(m)
-        _, rows, radius = self._sample
+        choice it informs depends on the data only): over the first :data:`EXAMINED_SAMPLE` of the
+        seeded points of :meth:`intrinsic_dimension`, the mean number of points in the tree's
+        leaves whose bounding box meets the ball of the query's m-th nearest distance (those
+        distances queried on ``threads`` threads unless :meth:`intrinsic_dimension` has them)."""
+        rows = self._seeded_rows()[:EXAMINED_SAMPLE]
+        held = getattr(self, "_radius", None)
+        if held is not None and held[0] == m:
+            radius = held[1][:EXAMINED_SAMPLE]
+        else:  # the same queries' m-th nearest distances, without the dimension's other queries
+            k = int(min(max(m, 10), len(self.rotated)))
+            dist, _ = self.tree.query(self.rotated[rows], k=k, workers=max(1, int(threads)))
+            radius = np.asarray(dist).reshape(len(rows), k)[:, min(m, k) - 1]
         leaves, stack = [], [self.tree.tree]
         while stack:  # leaf ranges of tree.indices (a few thousand nodes per 10^5 points)
             node = stack.pop()
@@ -538,7 +549,7 @@ class _AxesTree:
         lo = np.minimum.reduceat(points, starts, axis=0)
         hi = np.maximum.reduceat(points, starts, axis=0)
         sizes = np.diff(np.append(starts, len(points)))
-        queries, radius = self.rotated[rows[:EXAMINED_SAMPLE]], radius[:EXAMINED_SAMPLE]
+        queries = self.rotated[rows]
         if not len(queries):
             return float(len(points))
         # queries in chunks of about EXAMINED_CHUNK box coordinates (few, large operations: see
@@ -782,17 +793,20 @@ def _auto_neighbors(Z: np.ndarray, m: int, threads: int, *, approximate: bool = 
     if n <= EXACT_BRUTE_MAX_N:
         return _brute_force_neighbors(Z, m, threads), "exact"
     tree = _AxesTree(Z)
-    dimension = tree.intrinsic_dimension(m, threads)
-    if approximate and n > APPROX_MIN_N and dimension > APPROX_MIN_DIM and _has_faiss():
+    if approximate and n > APPROX_MIN_N and _has_faiss() and tree.intrinsic_dimension(m, threads) > APPROX_MIN_DIM:
         del tree
         return _faiss_ivf_neighbors(Z, m, threads), "faiss-ivf"
-    if dimension <= KD_TREE_MAX_DIM and not _brute_force_cheaper(tree, n, Z.shape[1], m):
+    # The k-d tree where the data's dimension allows it and the cost model does not find brute
+    # force cheaper; the model first (its count of examined points needs 1/4 of the dimension's
+    # queries, and where brute force is cheaper the dimension does not matter)
+    if (not _brute_force_cheaper(tree, n, Z.shape[1], m, threads)
+            and tree.intrinsic_dimension(m, threads) <= KD_TREE_MAX_DIM):
         return tree.query(m, threads), "exact"
     del tree
     return _brute_force_neighbors(Z, m, threads), "exact"
 
 
-def _brute_force_cheaper(tree: _AxesTree, n: int, p: int, m: int) -> bool:
+def _brute_force_cheaper(tree: _AxesTree, n: int, p: int, m: int, threads: int = 1) -> bool:
     """Whether brute force is expected to be faster than the k-d tree, by a model of both costs
     on the data (no timing: the choice depends on the data only; :func:`_brute_force_seconds`,
     :func:`_tree_seconds`).  Adult (30053 distinct points, m = 100) took 7.1 s with the tree
@@ -800,7 +814,7 @@ def _brute_force_cheaper(tree: _AxesTree, n: int, p: int, m: int) -> bool:
     brute = _brute_force_seconds(n, p)
     if brute > BRUTE_MAX_SECONDS:
         return False
-    return brute < _tree_seconds(tree, n, p, m)
+    return brute < _tree_seconds(tree, n, p, m, threads)
 
 
 def _brute_force_seconds(n: int, p: int) -> float:
@@ -813,13 +827,13 @@ def _brute_force_seconds(n: int, p: int) -> float:
     return n * n * (BRUTE_NS_PER_PAIR + BRUTE_NS_PER_PAIR_DIM * p) * 1e-9
 
 
-def _tree_seconds(tree: _AxesTree, n: int, p: int, m: int) -> float:
+def _tree_seconds(tree: _AxesTree, n: int, p: int, m: int, threads: int = 1) -> float:
     """The model's one-thread seconds of the k-d tree: ``n E t(p)`` for E points examined per
     query (:meth:`_AxesTree.examined`), where the time per examined point ``t(p) =
     TREE_NS_PER_POINT (p / 19)^TREE_DIM_POWER`` passes through the two measurements (42-52 ns at
     p = 19, 280-390 ns at Adult's p = 38, where the data's spread over many axes also defeats the
     tree's pruning)."""
-    return n * tree.examined(m) * TREE_NS_PER_POINT * (p / 19.0) ** TREE_DIM_POWER * 1e-9
+    return n * tree.examined(m, threads) * TREE_NS_PER_POINT * (p / 19.0) ** TREE_DIM_POWER * 1e-9
 
 
 def _finish_kernel(pairs: int):
