@@ -427,6 +427,8 @@ BRUTE_NS_PER_PAIR, BRUTE_NS_PER_PAIR_DIM = 3.6, 0.02
 TREE_NS_PER_POINT, TREE_DIM_POWER = 52.0, 2.5
 BRUTE_MAX_SECONDS = 60.0
 EXAMINED_SAMPLE = 64
+#: The first EXAMINED_FIRST of them decide alone where one estimate exceeds the other EXAMINED_SETTLES times.
+EXAMINED_FIRST, EXAMINED_SETTLES = 16, 2.0
 EXAMINED_CHUNK = 1 << 18
 #: NeighborCost's lists are finished by a compiled kernel (numba, where installed) from this many
 #: pairs on, or whenever numba is already imported; in row chunks of FINISH_CHUNK, in threads.
@@ -523,20 +525,41 @@ class _AxesTree:
         inverse = logs[used].sum(axis=1) / (count[used] - 1)
         return float(1.0 / max(np.mean(inverse), 1e-12))
 
-    def examined(self, m: int, threads: int = 1) -> float:
+    def examined(self, m: int, threads: int = 1, queries: int | None = None) -> float:
         """Points a query of the m nearest examines, estimated without timing anything (so the
-        choice it informs depends on the data only): over the first :data:`EXAMINED_SAMPLE` of the
-        seeded points of :meth:`intrinsic_dimension`, the mean number of points in the tree's
-        leaves whose bounding box meets the ball of the query's m-th nearest distance (those
-        distances queried on ``threads`` threads unless :meth:`intrinsic_dimension` has them)."""
-        rows = self._seeded_rows()[:EXAMINED_SAMPLE]
+        choice it informs depends on the data only): over the first ``queries`` (default
+        :data:`EXAMINED_SAMPLE`) of the seeded points of :meth:`intrinsic_dimension`, the mean
+        number of points in the tree's leaves whose bounding box meets the ball of the query's
+        m-th nearest distance (those distances queried on ``threads`` threads unless
+        :meth:`intrinsic_dimension` has them)."""
+        rows = self._seeded_rows()[: EXAMINED_SAMPLE if queries is None else int(queries)]
         held = getattr(self, "_radius", None)
         if held is not None and held[0] == m:
-            radius = held[1][:EXAMINED_SAMPLE]
+            radius = held[1][: len(rows)]
         else:  # the same queries' m-th nearest distances, without the dimension's other queries
             k = int(min(max(m, 10), len(self.rotated)))
             dist, _ = self.tree.query(self.rotated[rows], k=k, workers=max(1, int(threads)))
             radius = np.asarray(dist).reshape(len(rows), k)[:, min(m, k) - 1]
+        lo, hi, sizes = self._leaf_boxes()
+        points = self.rotated[rows]
+        if not len(points):
+            return float(sizes.sum())
+        # queries in chunks of about EXAMINED_CHUNK box coordinates (few, large operations: see
+        # intrinsic_dimension)
+        chunk = max(1, EXAMINED_CHUNK // max(1, lo.size))
+        counts = np.empty(len(points))
+        for s in range(0, len(points), chunk):
+            q = points[s:s + chunk, None, :]
+            gap = np.maximum(np.maximum(lo - q, q - hi), 0.0)
+            r = radius[s:s + chunk, None]
+            counts[s:s + chunk] = (np.einsum("qij,qij->qi", gap, gap) <= r * r * (1 + 1e-9)) @ sizes
+        return float(np.mean(counts))
+
+    def _leaf_boxes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The bounding boxes (lower, upper corners) and point counts of the tree's leaves (kept)."""
+        held = getattr(self, "_boxes", None)
+        if held is not None:
+            return held
         leaves, stack = [], [self.tree.tree]
         while stack:  # leaf ranges of tree.indices (a few thousand nodes per 10^5 points)
             node = stack.pop()
@@ -549,19 +572,8 @@ class _AxesTree:
         lo = np.minimum.reduceat(points, starts, axis=0)
         hi = np.maximum.reduceat(points, starts, axis=0)
         sizes = np.diff(np.append(starts, len(points)))
-        queries = self.rotated[rows]
-        if not len(queries):
-            return float(len(points))
-        # queries in chunks of about EXAMINED_CHUNK box coordinates (few, large operations: see
-        # intrinsic_dimension)
-        chunk = max(1, EXAMINED_CHUNK // max(1, lo.size))
-        counts = np.empty(len(queries))
-        for s in range(0, len(queries), chunk):
-            q = queries[s:s + chunk, None, :]
-            gap = np.maximum(np.maximum(lo - q, q - hi), 0.0)
-            r = radius[s:s + chunk, None]
-            counts[s:s + chunk] = (np.einsum("qij,qij->qi", gap, gap) <= r * r * (1 + 1e-9)) @ sizes
-        return float(np.mean(counts))
+        self._boxes = (lo, hi, sizes)
+        return self._boxes
 
     def query(self, m: int, threads: int) -> np.ndarray:
         n = self.rotated.shape[0]
@@ -814,6 +826,11 @@ def _brute_force_cheaper(tree: _AxesTree, n: int, p: int, m: int, threads: int =
     brute = _brute_force_seconds(n, p)
     if brute > BRUTE_MAX_SECONDS:
         return False
+    # the examined count of the first EXAMINED_FIRST queries settles a choice that is not close
+    # (Adult: the tree's estimate 5x brute force's), the whole sample the others
+    first = _tree_seconds(tree, n, p, m, threads, queries=EXAMINED_FIRST)
+    if max(brute, first) > EXAMINED_SETTLES * min(brute, first):
+        return brute < first
     return brute < _tree_seconds(tree, n, p, m, threads)
 
 
@@ -827,13 +844,13 @@ def _brute_force_seconds(n: int, p: int) -> float:
     return n * n * (BRUTE_NS_PER_PAIR + BRUTE_NS_PER_PAIR_DIM * p) * 1e-9
 
 
-def _tree_seconds(tree: _AxesTree, n: int, p: int, m: int, threads: int = 1) -> float:
+def _tree_seconds(tree: _AxesTree, n: int, p: int, m: int, threads: int = 1, queries: int | None = None) -> float:
     """The model's one-thread seconds of the k-d tree: ``n E t(p)`` for E points examined per
     query (:meth:`_AxesTree.examined`), where the time per examined point ``t(p) =
     TREE_NS_PER_POINT (p / 19)^TREE_DIM_POWER`` passes through the two measurements (42-52 ns at
     p = 19, 280-390 ns at Adult's p = 38, where the data's spread over many axes also defeats the
     tree's pruning)."""
-    return n * tree.examined(m, threads) * TREE_NS_PER_POINT * (p / 19.0) ** TREE_DIM_POWER * 1e-9
+    return n * tree.examined(m, threads, queries) * TREE_NS_PER_POINT * (p / 19.0) ** TREE_DIM_POWER * 1e-9
 
 
 def _finish_kernel(pairs: int):

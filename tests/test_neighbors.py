@@ -190,6 +190,34 @@ def test_examined_points_are_at_least_the_neighbours_and_at_most_all():
     assert transport._AxesTree(Z).examined(len(Z)) == len(Z)
 
 
+def test_cost_model_settles_a_clear_choice_on_its_first_queries(monkeypatch):
+    """The examined count of the first EXAMINED_FIRST seeded queries decides alone where the two
+    estimates are more than EXAMINED_SETTLES apart; otherwise the whole sample decides.  The first
+    queries' count is the whole count's over the same queries; the dimension estimate is not
+    computed where the model finds brute force cheaper."""
+    rng = np.random.default_rng(8)
+    Z = _clustered(rng, 3000, 8)
+    n, p = Z.shape
+    tree = transport._AxesTree(Z)
+    tree_s = transport._tree_seconds(tree, n, p, 16, 1)
+    assert transport._tree_seconds(tree, n, p, 16, 1, queries=transport.EXAMINED_SAMPLE) == tree_s
+    calls = []
+    real = transport._tree_seconds
+    monkeypatch.setattr(transport, "_tree_seconds", lambda *a, **k: calls.append(k.get("queries")) or real(*a, **k))
+    for factor, settled, cheaper in ((10.0, True, False), (0.1, True, True), (1.5, False, False), (0.7, False, True)):
+        first = real(tree, n, p, 16, 1, queries=transport.EXAMINED_FIRST)
+        whole = tree_s
+        brute = factor * (first if settled else whole)
+        monkeypatch.setattr(transport, "_brute_force_seconds", lambda n, p, brute=brute: brute)
+        calls.clear()
+        assert transport._brute_force_cheaper(tree, n, p, 16) is cheaper
+        assert calls == ([transport.EXAMINED_FIRST] if settled else [transport.EXAMINED_FIRST, None])
+    monkeypatch.setattr(transport, "_brute_force_seconds", lambda n, p: 0.0)
+    monkeypatch.setattr(transport, "EXACT_BRUTE_MAX_N", 100)
+    monkeypatch.setattr(transport._AxesTree, "intrinsic_dimension", lambda *a: pytest.fail("dimension estimated"))
+    assert NeighborCost(Z, 16, method="exact").method == "exact"
+
+
 def test_exact_lists_whichever_search_the_cost_model_picks(monkeypatch):
     """Brute force or the k-d tree, as the cost model decides: the same exact lists (costs equal;
     the data have no ties)."""
