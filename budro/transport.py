@@ -722,8 +722,8 @@ def _symmetric_search(Zf: np.ndarray, Z: np.ndarray, sqc: np.ndarray, kappa: flo
     Per row a threshold from every SAMPLE_STEP-th point (a GEMM on those points only), then tiles
     of the upper triangle of the products (:func:`budro._knn_numba.collect_pairs`: each tile's
     pair tested for both its rows), then each row's exact m nearest among its candidates
-    (:func:`budro._knn_numba.finish_candidates`).  The points are cut into groups, two a thread:
-    first each group's own triangle, then every pair of groups, in rounds of pairs with no group
+    (:func:`budro._knn_numba.finish_candidates`).  The points are cut into groups (2
+    KNN_GROUPS_PER_THREAD a thread): first each group's own triangle, then every pair of groups, in rounds of pairs with no group
     in common (no two threads write the same rows' candidates)."""
     from budro._knn_numba import SAMPLE_STEP, collect_pairs, finish_candidates, sample_thresholds
 
