@@ -343,7 +343,7 @@ def _reference_lists(Z: np.ndarray, m: int) -> np.ndarray:
 @pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 150), p=st.integers(1, 8), m=st.integers(1, 20),
-       copies=st.booleans(), integer=st.booleans(), offset=st.sampled_from([0.0, 1e3, 1e6]),
+       copies=st.booleans(), integer=st.booleans(), offset=st.sampled_from([0.0, 1e3, 1e6, -5e7, 1e9]),
        threads=st.sampled_from([1, 2]), block=st.sampled_from([64, 1 << 20]))
 def test_compiled_brute_force_gives_the_exact_lists(monkeypatch, seed, n, p, m, copies, integer, offset, threads,
                                                      block):
@@ -414,7 +414,7 @@ def _symmetric_redo(monkeypatch) -> list:
 @pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(600, 900), p=st.integers(1, 8), m=st.integers(1, 20),
-       copies=st.booleans(), integer=st.booleans(), offset=st.sampled_from([0.0, 1e3, 1e6]),
+       copies=st.booleans(), integer=st.booleans(), offset=st.sampled_from([0.0, 1e3, 1e6, -5e7, 1e9]),
        threads=st.sampled_from([1, 2, 3]), tile=st.sampled_from([(7, 13), (64, 64), (256, 2048)]),
        groups=st.integers(1, 3))
 def test_symmetric_search_gives_the_exact_lists(monkeypatch, seed, n, p, m, copies, integer, offset, threads, tile,
@@ -463,6 +463,24 @@ def test_symmetric_search_rows_searched_again(monkeypatch, seed, integer, m, cap
         np.testing.assert_array_equal(transport._compiled_brute_force(select_rows, Z, m, threads),
                                       _reference_lists(Z, m))
     assert len(left) == 2 and min(left) > 0
+
+
+@pytest.mark.skipif(not transport._sparse_kernels_available(), reason="numba is not installed (pip install budro[fast])")
+def test_compiled_search_certifies_translated_points_as_the_originals(monkeypatch):
+    """The search's rounding bound follows the centred points only (the lists' cost sums squared
+    coordinate differences, whose rounding is relative to the cost): the same points moved 1e6
+    from the origin leave as few rows to search again as the originals, and the same lists."""
+    from budro._knn_numba import select_rows
+
+    monkeypatch.setattr(transport, "KNN_SYMMETRIC_MIN_N", 0)
+    left = _symmetric_redo(monkeypatch)
+    rng = np.random.default_rng(4)
+    Z = _clustered(rng, 1500, 4)
+    near = transport._compiled_brute_force(select_rows, Z, 10, 2)
+    far = transport._compiled_brute_force(select_rows, Z + 1e6, 10, 2)
+    assert left[1] <= left[0] + 15  # (the translated points' own rounding moves a few keys)
+    np.testing.assert_array_equal(far, _reference_lists(Z + 1e6, 10))
+    np.testing.assert_array_equal(near, _reference_lists(Z, 10))
 
 
 @pytest.mark.parametrize("groups", [2, 4, 8, 16])
