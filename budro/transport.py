@@ -494,25 +494,46 @@ class _AxesTree:
 
     def _seeded_rows(self) -> np.ndarray:
         """The :data:`DIMENSION_SAMPLE` seeded points of the estimates (sorted; the same on every run)."""
-        n = self.rotated.shape[0]
-        return np.sort(np.random.default_rng(_SEED).choice(n, size=min(n, DIMENSION_SAMPLE), replace=False))
+        rows = getattr(self, "_rows", None)
+        if rows is None:
+            n = self.rotated.shape[0]
+            rows = self._rows = np.sort(np.random.default_rng(_SEED).choice(n, size=min(n, DIMENSION_SAMPLE),
+                                                                             replace=False))
+        return rows
+
+    def _query_seeded(self, m: int, count: int, threads: int) -> np.ndarray:
+        """The k = max(m, 10) nearest distances of the first ``count`` seeded points (queried on
+        ``threads`` threads: each query's result is its own, the same distances); their m-th
+        nearest distances are kept for :meth:`examined`, so that a later call queries only the
+        points not queried yet."""
+        k = int(min(max(m, 10), self.rotated.shape[0]))
+        held = getattr(self, "_radius", None)
+        done = held[1] if held is not None and held[0] == m else np.empty(0)
+        rows = self._seeded_rows()[done.size:count]
+        dist, _ = self.tree.query(self.rotated[rows], k=k, workers=max(1, int(threads)))
+        dist = np.asarray(dist).reshape(len(rows), k)
+        self._radius = (m, np.concatenate([done, dist[:, min(m, k) - 1]]))
+        return dist
 
     def intrinsic_dimension(self, m: int, threads: int = 1) -> float:
         """Levina and Bickel's maximum-likelihood estimate of the data's dimension at the scale of
         the m nearest neighbours, from :data:`DIMENSION_SAMPLE` seeded points (deterministic;
-        queried on ``threads`` threads, the same distances).  A k-d tree is fast when it is low,
-        close to brute force when it is high."""
-        n = self.rotated.shape[0]
-        k = int(min(max(m, 10), n))
-        rows = self._seeded_rows()
-        # ``threads`` queries at a time (each query's result is its own: the same distances)
-        dist, _ = self.tree.query(self.rotated[rows], k=k, workers=max(1, int(threads)))
-        self._radius = (m, np.asarray(dist).reshape(len(rows), k)[:, min(m, k) - 1])
+        queried on ``threads`` threads, the same distances; kept per m).  A k-d tree is fast when
+        it is low, close to brute force when it is high."""
+        held = getattr(self, "_dimension", None)
+        if held is None or held[0] != m:
+            self._radius = None  # every seeded point is queried here (all k distances needed)
+            self._dimension = held = (m, self._dimension_of(self._query_seeded(m, DIMENSION_SAMPLE, threads)))
+        return held[1]
+
+    @staticmethod
+    def _dimension_of(D: np.ndarray) -> float:
+        """The estimate from each query's sorted nearest distances ``D`` (one row a query)."""
+        k = D.shape[1]
         # Per query, over its positive distances d (the point itself and its copies left out:
         # sorted, they are a suffix), the mean of log(d[-1] / d[:-1]) where there are at least
         # three and d[-1] > d[0]; in whole-array operations (a loop of small ones would wait for
         # the interpreter at each, beside the set-up's background thread)
-        D = np.asarray(dist).reshape(len(rows), k)
         positive = D > 0
         count = positive.sum(axis=1)
         last = D[:, -1]
@@ -530,16 +551,13 @@ class _AxesTree:
         choice it informs depends on the data only): over the first ``queries`` (default
         :data:`EXAMINED_SAMPLE`) of the seeded points of :meth:`intrinsic_dimension`, the mean
         number of points in the tree's leaves whose bounding box meets the ball of the query's
-        m-th nearest distance (those distances queried on ``threads`` threads unless
-        :meth:`intrinsic_dimension` has them)."""
+        m-th nearest distance (those distances queried on ``threads`` threads where no earlier
+        estimate has them)."""
         rows = self._seeded_rows()[: EXAMINED_SAMPLE if queries is None else int(queries)]
         held = getattr(self, "_radius", None)
-        if held is not None and held[0] == m:
-            radius = held[1][: len(rows)]
-        else:  # the same queries' m-th nearest distances, without the dimension's other queries
-            k = int(min(max(m, 10), len(self.rotated)))
-            dist, _ = self.tree.query(self.rotated[rows], k=k, workers=max(1, int(threads)))
-            radius = np.asarray(dist).reshape(len(rows), k)[:, min(m, k) - 1]
+        if held is None or held[0] != m or held[1].size < len(rows):
+            self._query_seeded(m, len(rows), threads)
+        radius = self._radius[1][: len(rows)]
         lo, hi, sizes = self._leaf_boxes()
         points = self.rotated[rows]
         if not len(points):

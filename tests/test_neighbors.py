@@ -218,6 +218,37 @@ def test_cost_model_settles_a_clear_choice_on_its_first_queries(monkeypatch):
     assert NeighborCost(Z, 16, method="exact").method == "exact"
 
 
+def test_seeded_queries_are_made_once():
+    """The estimates query each seeded point once per m: the cost model's 16 then 64 points, the
+    dimension's 256 (kept: asked again, no query), and a count after the dimension none; the
+    values are those of a tree asked in another order."""
+    rng = np.random.default_rng(8)
+    Z = _clustered(rng, 3000, 8)
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.queried = inner, 0
+
+        def query(self, x, **kw):
+            self.queried += len(x)
+            return self.inner.query(x, **kw)
+
+        def __getattr__(self, name):  # the tree's nodes and indices
+            return getattr(self.inner, name)
+
+    tree = transport._AxesTree(Z)
+    tree.tree = counting = Counting(tree.tree)
+    first = tree.examined(16, queries=16)
+    whole = tree.examined(16)
+    assert counting.queried == transport.EXAMINED_SAMPLE
+    dimension = tree.intrinsic_dimension(16)
+    assert tree.intrinsic_dimension(16) == dimension and tree.examined(16) == whole
+    assert counting.queried == transport.EXAMINED_SAMPLE + transport.DIMENSION_SAMPLE
+    other = transport._AxesTree(Z)
+    assert other.intrinsic_dimension(16) == dimension
+    assert other.examined(16) == whole and other.examined(16, queries=16) == first
+
+
 def test_exact_lists_whichever_search_the_cost_model_picks(monkeypatch):
     """Brute force or the k-d tree, as the cost model decides: the same exact lists (costs equal;
     the data have no ties)."""
