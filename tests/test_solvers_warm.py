@@ -338,3 +338,17 @@ def test_warm_lists_drift_kernels_equal_numpy(seed, n, K):
     kern.label_drift(x, ref, K, out)
     expected = np.abs(x - ref).reshape(-1, K).max(axis=0) if n else np.zeros(K)
     np.testing.assert_array_equal(out, expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 60), K=st.integers(1, 4), order=st.sampled_from("CF"),
+       integer=st.booleans())
+def test_label_max_is_the_largest_loss_under_each_label(seed, n, K, order, integer):
+    from budro.solvers import _dual_plan
+
+    rng = np.random.default_rng(seed)
+    losses = rng.integers(0, 3, size=(n, K)).astype(float) if integer else rng.normal(size=(n, K))
+    losses = np.asarray(losses, order=order)
+    top = _dual_plan.label_max(losses)
+    assert top.dtype == np.float64 and top.shape == (K,)
+    np.testing.assert_array_equal(top, losses.max(axis=0))

@@ -337,7 +337,7 @@ def _state(solver, problem: TransportProblem) -> _FullState:
     st.gid = np.zeros(n, dtype=np.int8)
     anc = _new_anchor(st, problem.losses, np.arange(_Q, dtype=np.float64), 0.0)
     st.anchor_of[:] = _register(st, anc, problem.losses)
-    top = np.maximum.reduce(problem.losses, axis=0)  # every row in group 0: the largest loss per label
+    top = _dual_plan.label_max(problem.losses)  # every row in group 0: the largest loss per label
     st.X.fill(_NONE)
     st.X[:, 0, :] = top[labels][:, None]
     solver._full_state = st
@@ -1334,7 +1334,7 @@ def _result(solver, problem: TransportProblem, cheap, dear, switch: bool, *, eta
 def _solve(solver, problem: TransportProblem, *, eta0: float | None = None) -> TransportResult:
     t0, c0 = time.perf_counter(), time.process_time()
     own = problem.losses[np.arange(problem.n), problem.labels]  # each point's loss under its own label
-    if np.array_equal(own, problem.losses.max(axis=0)[problem.labels]):
+    if np.array_equal(own, _dual_plan.label_max(problem.losses)[problem.labels]):
         return _stay_put(solver, problem, own, t0, c0)
     limit = getattr(solver, "max_seconds", None)
     budget = _Budget(None if limit is None else t0 + float(limit), getattr(solver, "max_pairs", None))

@@ -126,6 +126,14 @@ def position(point: _DualPoint, eps: float) -> str:
     return _ABOVE  # g'-(eta) > 0: the minimiser is to the left
 
 
+def label_max(losses: np.ndarray) -> np.ndarray:
+    """``losses.max(axis=0)`` of an (n, K) array (the largest loss under each label), column by
+    column: numpy reduces a narrow C-ordered array along its rows element by element (two
+    columns: 21 us at n = 800, 109 us at 4222, 0.93 ms at 36 177, against 1.7-27 us for the K
+    strided column maxima; the same values)."""
+    return np.array([losses[:, k].max() for k in range(losses.shape[1])]) if losses.shape[0] else losses.max(axis=0)
+
+
 def tie_margin(solver, problem: TransportProblem) -> float:
     """A margin above every column's tie tolerance (room for rounding included).
 

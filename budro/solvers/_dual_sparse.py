@@ -13,7 +13,7 @@ import numpy as np
 
 from budro.solvers import _sparse_kernels
 from budro.solvers._dual_plan import EtaFloor as _EtaFloor
-from budro.solvers._dual_plan import _Candidates, _upper_hulls, lazy_plan_result, tie_margin
+from budro.solvers._dual_plan import _Candidates, _upper_hulls, label_max, lazy_plan_result, tie_margin
 from budro.solvers._sparse_kernels import compiled
 from budro.transport import TransportProblem, TransportResult
 
@@ -442,7 +442,7 @@ def floored_candidates(layout: _SparseLayout, losses: np.ndarray, tau: float, fl
     losses_flat = losses.reshape(-1)
     first_R = losses_flat.take(prefix.first_flat)
     first_V = first_R - floor * first_C
-    top = losses.max(axis=0)
+    top = label_max(losses)
     # tau and a bound of the rounding of V (|R| <= scale, floor C <= floor max C)
     room = tau + 2.0**-50 * (float(np.abs(losses).max()) + floor * layout.max_cost)
     head = layout.heads.entries(layout, losses_flat, top, first_R, first_C, first_V, tau, room, floor)
