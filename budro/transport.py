@@ -11,6 +11,7 @@ hands one over (:class:`DenseCost`): :class:`EmbeddingCost` computes columns of 
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from dataclasses import dataclass, field
@@ -793,19 +794,18 @@ def _symmetric_search(Zf: np.ndarray, Z: np.ndarray, sqc: np.ndarray, kappa: flo
             for j0 in range(b0, b1, TC):
                 tile(buf, i0, min(a1, i0 + TR), j0, min(b1, j0 + TC), True)
 
-    def each(work, items):
-        if threads > 1:
-            list(pool.map(work, items))
-        else:
-            for item in items:
-                work(item)
-
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max(1, threads)) as pool:
+    def run(each):
         each(own, range(groups))
         for pairs in _round_robin(groups):
             each(across, pairs)
+
+    if threads > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as pool:
+            run(lambda work, items: list(pool.map(work, items)))
+    else:  # no pool to start on one thread
+        run(lambda work, items: [work(item) for item in items])
     del lim
     # twice the bound on a kept key's error: the products' rounding (err) and float32's (a key
     # is at most 2 (sqc_q + sqc_max) + err in size)
@@ -1127,6 +1127,12 @@ class TransportProblem:
     @property
     def n_labels(self) -> int:
         return self.losses.shape[1]
+
+    @functools.cached_property
+    def loss_scale(self) -> float:
+        """``max |losses|``, computed once per problem (a solve reads it for its tie tolerances
+        several times: at Adult's 36 177 rows 24 us each)."""
+        return float(np.abs(self.losses).max())
 
     @property
     def label_shares(self) -> np.ndarray:

@@ -244,3 +244,14 @@ def test_non_finite_solver_weights_are_refused_with_the_round(bad):
     with pytest.raises(NumericalError, match="round 7: solver 'dual' returned a non-finite"):
         _check_result(TransportResult(weights=weights, objective=0.5, transport_cost=0.0), 7, DualSolver())
     _check_result(TransportResult(weights=np.full((5, 2), 1e308), objective=0.5, transport_cost=0.0), 7, DualSolver())
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30), K=st.integers(1, 3), sign=st.sampled_from([1.0, -1.0]))
+def test_loss_scale_is_the_largest_loss_magnitude_computed_once(seed, n, K, sign):
+    # (the solvers' tie tolerances read it several times a solve)
+    rng = np.random.default_rng(seed)
+    losses = sign * rng.exponential(size=(n, K))
+    problem = TransportProblem(losses, rng.integers(0, K, size=n), EmbeddingCost(rng.normal(size=(n, 2))), 0.1)
+    assert problem.loss_scale == float(np.abs(losses).max())
+    assert "loss_scale" in vars(problem)  # kept on the problem after the first read
