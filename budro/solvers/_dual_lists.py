@@ -129,7 +129,7 @@ def reduction(solver, problem: TransportProblem) -> Reduction | None:
             D = np.ascontiguousarray(cost.C[np.ix_(first, first)])
         lists = np.ascontiguousarray(D[:, class_group].T)  # (classes, groups): row u of class c
         order, C = stable_row_argsort(lists)
-        rows = np.ascontiguousarray(order.astype(np.intp))
+        rows = order.astype(np.intp, copy=False)  # (argsort's: contiguous, no copy)
         weights = np.bincount(col_class, minlength=n_cls).astype(np.float64)
         layout = _SparseLayout(neighbors=None, neighbor_costs=None, labels=class_label, K=K, rows=rows, C=C,
                                flat=flat_index(rows, class_label, K),

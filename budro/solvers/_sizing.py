@@ -34,11 +34,11 @@ The default ``max_dense_n`` keeps a round under about 2 minutes by these constan
 (or any larger value) lets it run anyway.
 
 Not refused: ``dual`` on an :class:`~budro.transport.EmbeddingCost` with n >= ``full_min_n``
-(default :data:`DEFAULT_FULL_MIN_N`: 1000 with the compiled kernels, 4000 in numpy) takes the exact full path (:mod:`budro.solvers._dual_full`),
-which never forms an n x n array: its first solve scans every column once (one pass over the n^2
-pairs; times in docs/solvers-benchmark.md, ``benchmarks/solvers.py full``), later rounds of a fit
-rescan only the columns whose certificate fails, and its memory is bounded by the solver's
-``max_pairs``.
+(default :data:`DEFAULT_FULL_MIN_N`: 1000 with the compiled kernels, 4000 in numpy) takes the
+exact full path (:mod:`budro.solvers._dual_full`), which never forms an n x n array: its first
+solve scans every column once (one pass over the n^2 pairs; times in docs/solvers-benchmark.md,
+``benchmarks/solvers.py full``), later rounds of a fit rescan only the columns whose certificate
+fails, and its memory is bounded by the solver's ``max_pairs``.
 """
 
 from __future__ import annotations
