@@ -734,6 +734,7 @@ def _median_of_processes(runs: list[dict]) -> dict:
     ordered = sorted(ok, key=lambda r: r[key])
     out = dict(ordered[(len(ordered) - 1) // 2])
     out["processes"] = len(ok)
+    out["process_errors"] = [r["error"] for r in runs if "error" in r]  # reported, not hidden
     out["process_ratios"] = [r[key] for r in ok]
     out["process_range"] = (ordered[0][key], ordered[-1][key])
     pairs = [q for r in ok for q in r.get("second", {}).get("pairs", [])]
@@ -746,18 +747,21 @@ def _median_of_processes(runs: list[dict]) -> dict:
 
 def _spread(r: dict, fmt: str = ".2f") -> str:
     """`` (median of N processes, range a-b)`` for a case run in several processes, else empty."""
+    errors = r.get("process_errors") or []
+    failed = f"; {len(errors)} more failed: {errors[0]}" if errors else ""
     if r.get("processes", 1) < 2:
-        return ""
+        return f" ({failed[2:]})" if failed else ""
     lo, hi = r["process_range"]
-    return f" (median of {r['processes']} processes, range {lo:{fmt}}-{hi:{fmt}})"
+    return f" (median of {r['processes']} processes, range {lo:{fmt}}-{hi:{fmt}}{failed})"
 
 
 def _range_cell(r: dict, fmt: str = ".2f") -> str:
     """A table cell's `` (a-b)``: the range over the processes, where there were several."""
+    failed = f", {len(r['process_errors'])} failed" if r.get("process_errors") else ""
     if r.get("processes", 1) < 2:
-        return ""
+        return f" ({failed[2:]})" if failed else ""
     lo, hi = r["process_range"]
-    return f" ({lo:{fmt}}-{hi:{fmt}})"
+    return f" ({lo:{fmt}}-{hi:{fmt}}{failed})"
 
 
 def _run_child(case: dict) -> dict:
