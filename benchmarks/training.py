@@ -697,7 +697,9 @@ def _headline(paper: list[dict], wholes: list[dict], command: str) -> str | None
              f"On Adult ({r0['n']} x {r0['d']}, the paper's configuration: {r0['rounds']} depth-14 trees, eps "
              f"{r0['eps']:g}, the exact `{r0['solver']}` solver on a {r0['n_neighbors']}-nearest-neighbour adversary), "
              f"on a {os.cpu_count()}-core machine ({cpu_model()}, {time.strftime('%Y-%m-%d', time.gmtime())}), with "
-             "`pip install -e \".[fast]\"` (the compiled solver kernel):", "",
+             "`pip install -e \".[fast]\"` (the compiled solver kernel)"
+             + (f"; the figures of the process with the median ratio among {r0['processes']} fresh ones" if r0.get("processes", 1) > 1 else "")
+             + ":", "",
              "| | " + " | ".join(names[b] for b in backends) + " |", "|---|" + "---|" * len(backends),
              "| BuDRO / plain boosting, time per round | " + " | ".join(cell(b, "ratio") for b in backends) + " |",
              f"| whole fit: fair metric, neighbour graph, {r0['rounds']} rounds | " + " | ".join(cell(b, "fit") for b in backends) + " |",
