@@ -730,7 +730,7 @@ def _median_of_processes(runs: list[dict]) -> dict:
     settings, whole fit for the experiments) is the median, with the range over the processes;
     the later fits of every process pooled, the pair with the median ratio, with their range."""
     ok = [r for r in runs if "error" not in r]
-    if not ok:
+    if not ok or ok[0]["kind"] not in ("paper", "whole"):  # (the other kinds run once)
         return runs[0]
     key = "ratio" if ok[0]["kind"] == "paper" else "fit_ratio"
     ordered = sorted(ok, key=lambda r: r[key])
