@@ -38,3 +38,46 @@ def test_sizes_parse_and_zero_skips(monkeypatch):
         solvers._rows(skip=True)("-5")
     with pytest.raises(Exception, match="got '0'"):
         solvers._rows()("0")
+
+
+TRAINING = SOLVERS.parent / "training.py"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--processes", "0"], "--processes must be an integer >= 1, got 0"),
+    (["--later-fits", "-1"], "--later-fits must be an integer >= 0, got -1"),
+])
+def test_training_refuses_bad_repeat_counts_before_any_run(args, message):
+    proc = subprocess.run([sys.executable, str(TRAINING), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert message in proc.stderr.strip().splitlines()[-1]
+    assert "running" not in proc.stderr and proc.stdout == ""  # nothing measured
+
+
+def _training(monkeypatch):
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(TRAINING.parent))
+    spec = importlib.util.spec_from_file_location("_budro_bench_training", TRAINING)
+    training = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(training)
+    return training
+
+
+def test_training_reports_the_median_process_and_pools_the_later_pairs(monkeypatch):
+    training = _training(monkeypatch)
+
+    def run(ratio, later):
+        return {"kind": "paper", "ratio": ratio, "second": {"pairs": [{"ratio": q, "budro_round_ms": q} for q in later]}}
+
+    runs = [run(9.0, [8.0, 12.0]), {"kind": "paper", "error": "killed"}, run(11.0, [9.5]), run(7.0, [10.0, 7.5])]
+    out = training._median_of_processes(runs)
+    assert out["ratio"] == 9.0 and out["processes"] == 3 and out["process_range"] == (7.0, 11.0)
+    assert out["process_errors"] == ["killed"]
+    assert out["second"]["fits"] == 5 and out["second"]["ratio"] == 9.5  # the median of 7.5 8 9.5 10 12
+    assert out["second"]["ratio_range"] == (7.5, 12.0)
+    assert "median of 3 processes, range 7.0-11.0; 1 more failed: killed" in training._spread(out, ".1f")
+    whole = training._median_of_processes([{"kind": "whole", "fit_ratio": r} for r in (4.2, 3.6, 4.5)])
+    assert whole["fit_ratio"] == 4.2 and training._range_cell(whole, ".1f") == " (3.6-4.5)"
+    tree = {"kind": "tree", "rows": []}
+    assert training._median_of_processes([tree]) is tree  # run once, as it was
