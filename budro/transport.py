@@ -452,7 +452,7 @@ USE_KNN_KERNEL = True
 #: KNN_SYMMETRIC_MIN_N points on, where its kept candidates (8 bytes each,
 #: :func:`_symmetric_capacity` a row) take at most KNN_SYMMETRIC_MAX_BYTES; else twice, in row
 #: blocks.  Its tiles hold KNN_TILE_ROWS x KNN_TILE_COLS products; its schedule cuts the points
-#: into KNN_GROUPS_PER_THREAD groups per thread (more groups: better balance, more waits).
+#: into 2 KNN_GROUPS_PER_THREAD groups per thread (more groups: better balance, more waits).
 KNN_SYMMETRIC_MIN_N = 8192
 KNN_SYMMETRIC_MAX_BYTES = 1 << 30
 KNN_TILE_ROWS, KNN_TILE_COLS = 256, 2048
@@ -747,8 +747,8 @@ def _symmetric_search(Zf: np.ndarray, Z: np.ndarray, sqc: np.ndarray, kappa: flo
     of the upper triangle of the products (:func:`budro._knn_numba.collect_pairs`: each tile's
     pair tested for both its rows), then each row's exact m nearest among its candidates
     (:func:`budro._knn_numba.finish_candidates`).  The points are cut into groups (2
-    KNN_GROUPS_PER_THREAD a thread): first each group's own triangle, then every pair of groups, in rounds of pairs with no group
-    in common (no two threads write the same rows' candidates)."""
+    KNN_GROUPS_PER_THREAD a thread): first each group's own triangle, then every pair of groups,
+    in rounds of pairs with no group in common (no two threads write the same rows' candidates)."""
     from budro._knn_numba import SAMPLE_STEP, collect_pairs, finish_candidates, sample_thresholds
 
     n, m = out.shape
@@ -1129,7 +1129,7 @@ class TransportProblem:
         return self.losses.shape[1]
 
     @functools.cached_property
-    def loss_scale(self) -> float:
+    def max_abs_loss(self) -> float:
         """``max |losses|``, computed once per problem (a solve reads it for its tie tolerances
         several times: at Adult's 36 177 rows 24 us each)."""
         return float(np.abs(self.losses).max())

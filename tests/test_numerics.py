@@ -248,10 +248,10 @@ def test_non_finite_solver_weights_are_refused_with_the_round(bad):
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30), K=st.integers(1, 3), sign=st.sampled_from([1.0, -1.0]))
-def test_loss_scale_is_the_largest_loss_magnitude_computed_once(seed, n, K, sign):
+def test_max_abs_loss_is_the_largest_loss_magnitude_computed_once(seed, n, K, sign):
     # (the solvers' tie tolerances read it several times a solve)
     rng = np.random.default_rng(seed)
     losses = sign * rng.exponential(size=(n, K))
     problem = TransportProblem(losses, rng.integers(0, K, size=n), EmbeddingCost(rng.normal(size=(n, 2))), 0.1)
-    assert problem.loss_scale == float(np.abs(losses).max())
-    assert "loss_scale" in vars(problem)  # kept on the problem after the first read
+    assert problem.max_abs_loss == float(np.abs(losses).max())
+    assert "max_abs_loss" in vars(problem)  # kept on the problem after the first read

@@ -25,13 +25,13 @@ __all__ = ["Shard", "take_rows", "block_stats", "fit_metric", "embed_block", "as
 
 
 class _Scale:
-    """Stand-in for a problem in the solver helpers that only read ``losses`` or ``loss_scale``
+    """Stand-in for a problem in the solver helpers that only read ``losses`` or ``max_abs_loss``
     (for its largest magnitude), ``n`` and ``eps``: the tie tolerance must use the *global*
     largest loss."""
 
     def __init__(self, scale: float, n: int = 1, eps: float = 0.0):
         self.losses = np.array([[float(scale)]])
-        self.loss_scale = abs(float(scale))  # as TransportProblem.loss_scale
+        self.max_abs_loss = abs(float(scale))  # as TransportProblem.max_abs_loss
         self.n = n
         self.eps = eps
 

@@ -31,7 +31,7 @@ def evaluate(solver, problem: TransportProblem, eta: float) -> _DualPoint:
     """``g(eta)`` with each column's cheapest and most expensive argmax row (block by block)."""
     n, eps = problem.n, problem.eps
     cost, losses, labels = problem.cost, problem.losses, problem.labels
-    scale = float(np.abs(losses).max())
+    scale = problem.max_abs_loss
     lo = np.empty(n, dtype=np.intp)
     hi = np.empty(n, dtype=np.intp)
     c_lo = np.empty(n)

@@ -865,7 +865,7 @@ def _certify(solver, st: _FullState, problem: TransportProblem, point: _DualPoin
     """(certified columns, upper bound of each column's full maximum at point.eta)."""
     losses, labels = problem.losses, problem.labels
     eta = point.eta
-    scale = float(np.abs(losses).max())
+    scale = problem.max_abs_loss
     tau = tie_margin(solver, problem)
     v = losses[point.lo, labels] - eta * point.c_lo  # a pair's value: <= the list maximum
     v_top = v + 2.0 * solver.tie_rtol * (scale + np.abs(v))  # >= the list maximum

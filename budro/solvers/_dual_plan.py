@@ -140,7 +140,7 @@ def tie_margin(solver, problem: TransportProblem) -> float:
     Every tie tolerance ``tie_rtol * (scale + |vmax_j|)`` is at most ``2 * tie_rtol * scale``
     (``vmax_j`` lies between ``R_jj`` and ``max R``); twice that leaves room for rounding.
     """
-    return 4.0 * solver.tie_rtol * problem.loss_scale
+    return 4.0 * solver.tie_rtol * problem.max_abs_loss
 
 
 def breakpoint_eta(problem: TransportProblem, cand: _Candidates) -> float:
@@ -191,7 +191,7 @@ def evaluate_candidates(solver, problem: TransportProblem, cand: _Candidates, et
     evaluation is expanded by ``cand.expand``)."""
     n = problem.n
     ncols = cand.starts.size
-    scale = problem.loss_scale
+    scale = problem.max_abs_loss
     if cand.compiled:
         w = np.ones(ncols) if cand.weights is None else cand.weights
         total, lo, hi, c_lo, c_hi = _sparse_kernels.evaluate(cand.starts, cand.rows, cand.R, cand.C, eta,

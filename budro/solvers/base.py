@@ -80,7 +80,7 @@ class Solver(abc.ABC):
 
         Default: ``tolerance * max(1, max |losses|)``.  Must be finite for the conformance kit.
         """
-        scale = max(1.0, float(abs(problem.losses).max()))
+        scale = max(1.0, problem.max_abs_loss)
         return float(self.tolerance) * scale
 
     def budget_tolerance(self, problem: TransportProblem) -> float:

@@ -345,7 +345,7 @@ class _EntropicBase(Solver):
         return self.gamma_for(problem) * math.log(self.support_size(problem)) + self.tol * self.loss_scale(problem)
 
     def _rounding(self, problem: TransportProblem) -> float:
-        return _ROUNDING_RTOL * max(1.0, float(np.abs(problem.losses).max()))
+        return _ROUNDING_RTOL * max(1.0, problem.max_abs_loss)
 
     def check_size(self, n: int, *, sparse: bool = False, held: bool = False) -> None:
         """Refuse (ValidationError) a full problem of n points past ``max_dense_n``, with the estimate."""

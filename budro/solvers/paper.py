@@ -84,7 +84,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from budro.exceptions import ValidationError
-from budro.solvers import _sizing
+from budro.solvers import _dual_plan, _sizing
 from budro.solvers.base import Solver
 from budro.solvers.dual import _ABOVE, _BELOW, _OPTIMAL, DualSolver, _DualPoint, _result_from_entries
 from budro.solvers.sgd import _Batches, _check_int, _check_real, _replace, run_sgd
@@ -254,7 +254,7 @@ class PaperSolver(Solver):
         optimum at most that."""
         best = _best_allowed_losses(problem)
         own = problem.losses[np.arange(problem.n), problem.labels]
-        return float(np.mean(best - own)) + 1e-9 * max(1.0, float(np.abs(problem.losses).max()))
+        return float(np.mean(best - own)) + 1e-9 * max(1.0, problem.max_abs_loss)
 
     # ------------------------------------------------------------------ solve
 
@@ -450,4 +450,4 @@ def _best_allowed_losses(problem: TransportProblem) -> np.ndarray:
     if getattr(cost, "is_sparse", False) and hasattr(cost, "neighbors"):
         rows = np.asarray(cost.neighbors)
         return problem.losses[rows, problem.labels[:, None]].max(axis=1)
-    return problem.losses.max(axis=0)[problem.labels]
+    return _dual_plan.label_max(problem.losses)[problem.labels]

@@ -171,7 +171,7 @@ class DualSGDSolver(Solver):
         with ``polish=True``; no a-priori bound (inf) without polishing."""
         if not self.polish:
             return math.inf
-        return self._gap_budget(problem) + 1e-9 * max(1.0, float(np.abs(problem.losses).max()))
+        return self._gap_budget(problem) + 1e-9 * max(1.0, problem.max_abs_loss)
 
     def _gap_budget(self, problem: TransportProblem) -> float:
         empirical = float(np.mean(problem.losses[np.arange(problem.n), problem.labels]))
