@@ -238,11 +238,7 @@ def run_case(case: dict) -> dict:
             pair["ratio"] = pair["budro_round_ms"] / pair["plain_round_ms"]
             pairs.append(pair)
             del clf2
-        ratios = sorted(q["ratio"] for q in pairs)
-        median = sorted(pairs, key=lambda q: q["ratio"])[(len(pairs) - 1) // 2]
-        out["plain2_s"] = median["plain_s"]
-        out["second"] = {**median, "fits": len(pairs), "ratios": [q["ratio"] for q in pairs],
-                         "ratio_range": (ratios[0], ratios[-1]), "pairs": pairs}
+        out["second"] = {"pairs": pairs}  # summarised over the case's processes (_median_of_processes)
     if kept_problems:
         out["exactness"] = _exactness(clf, Xa, y, eps, kept_problems)
     return out
@@ -740,6 +736,7 @@ def _median_of_processes(runs: list[dict]) -> dict:
     out["process_ratios"] = [r[key] for r in ok]
     out["process_range"] = (ordered[0][key], ordered[-1][key])
     pairs = [q for r in ok for q in r.get("second", {}).get("pairs", [])]
+    out.pop("second", None)
     if pairs:
         by_ratio = sorted(pairs, key=lambda q: q["ratio"])
         out["second"] = {**by_ratio[(len(by_ratio) - 1) // 2], "fits": len(pairs), "ratios": [q["ratio"] for q in pairs],
