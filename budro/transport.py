@@ -174,9 +174,16 @@ class EmbeddingCost(Cost):
         if self._full is not None:
             return self._full[np.ix_(rows, rows)]
         sq = self._sq[rows]
-        scale = sq[:, None] + sq[None, :]
-        C = scale - 2.0 * (self.Z[rows] @ self.Z[rows].T)
-        C[C <= ZERO_RTOL * scale] = 0.0
+        Zr = self.Z[rows]
+        # scale - 2 (Zr Zr^T) and the zero-snapping, operation by operation as _compute does,
+        # in two (r, r) arrays instead of four (each a fresh array's page faults: German's
+        # 800 x 800, 2350 faults of 8.6 ms in a fit against about 1250)
+        C = Zr @ Zr.T
+        C *= 2.0
+        scale = np.add(sq[:, None], sq[None, :])
+        np.subtract(scale, C, out=C)
+        scale *= ZERO_RTOL
+        C[C <= scale] = 0.0
         np.fill_diagonal(C, 0.0)
         return C
 

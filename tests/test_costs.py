@@ -29,6 +29,26 @@ def test_embedding_cost_blocks_match_the_full_matrix(rng):
     assert np.allclose(blocked.entries(rows, cols), full[rows, cols])
 
 
+def test_embedding_costs_among_rows_are_the_formula_bit_for_bit(rng):
+    """``costs_among`` of a blocked cost (no held matrix): ``|z_i|^2 + |z_j|^2 - 2 z_i.z_j`` with
+    the zero-snapping, operation by operation (it computes them in place), duplicates exactly 0,
+    the diagonal 0; a held matrix gives its own entries."""
+    Z = _points(rng)
+    rows = np.array([0, 12, 3, 15, 40, 41, 59])
+    blocked = EmbeddingCost(Z, cache_bytes=0)
+    got = blocked.costs_among(rows)
+    sq = np.einsum("ij,ij->i", Z, Z)[rows]
+    scale = sq[:, None] + sq[None, :]
+    want = scale - 2.0 * (Z[rows] @ Z[rows].T)
+    want[want <= 1e-12 * scale] = 0.0
+    np.fill_diagonal(want, 0.0)
+    np.testing.assert_array_equal(got, want)
+    assert got[0, 1] == 0.0 and got[1, 3] == 0.0  # rows 0, 12 and 15 are copies
+    cached = EmbeddingCost(Z)
+    cached.column_block(0, 60)  # builds the held matrix
+    np.testing.assert_array_equal(cached.costs_among(rows), cached.column_block(0, 60)[np.ix_(rows, rows)])
+
+
 def test_neighbor_cost_lists(rng):
     Z = _points(rng)
     full = ((Z[:, None, :] - Z[None, :, :]) ** 2).sum(-1)

@@ -127,7 +127,7 @@ def reduction(solver, problem: TransportProblem) -> Reduction | None:
             D = cost.costs_among(first)
         else:
             D = np.ascontiguousarray(cost.C[np.ix_(first, first)])
-        lists = np.ascontiguousarray(D[:, class_group].T)  # (classes, groups): row u of class c
+        lists = D.T.take(class_group, axis=0)  # (classes, groups): row u of class c (one copy)
         order, C = stable_row_argsort(lists)
         rows = order.astype(np.intp, copy=False)  # (argsort's: contiguous, no copy)
         weights = np.bincount(col_class, minlength=n_cls).astype(np.float64)
