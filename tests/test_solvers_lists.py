@@ -369,6 +369,46 @@ def test_numpy_lists_from_a_floor_in_a_fit_like_sequence_equal_fresh_solves_and_
     assert any(below[26:])  # the raised budget put eta* below the floor: made again without one
 
 
+def test_whole_list_buffers_are_kept_up_to_their_limit_and_change_no_result(monkeypatch):
+    """The whole lists' passes (a fit's first rounds, the floor far below eta*) reuse two buffers
+    kept on the layout up to WHOLE_BUFFERS_MAX entries, and take fresh ones beyond it: the same
+    results either way, round after round, as a fresh solver's."""
+    from budro.solvers import _dual_sparse
+
+    rng = np.random.default_rng(63)
+    n = 90
+    losses, labels, Z = make_instance(rng, n, 2, n_distinct=60, integer=False, d=2)
+    cost = EmbeddingCost(Z)
+    eps = 0.05 * float(cost.column_block(0, n).mean())
+    results = {}
+    passes = []
+    whole = _dual_sparse._floored_whole_lists
+    monkeypatch.setattr(_dual_sparse, "_floored_whole_lists", lambda *a, **k: passes.append(1) or whole(*a, **k))
+    for limit in (n * n, n * n - 1):  # kept (German's lists), fresh each pass
+        monkeypatch.setattr(_dual_sparse, "WHOLE_BUFFERS_MAX", limit)
+        passes.clear()
+        solver, out = DualSolver(kernel="numpy"), []
+        L = losses
+        for t in range(6):
+            L = L + rng.uniform(-1e-3, 1e-3, size=L.shape) if t else L
+            problem = TransportProblem(L, labels, cost, eps)
+            res = solver.solve(problem)
+            ref = DualSolver(kernel="numpy").solve(problem)
+            assert res.eta == ref.eta and res.objective == ref.objective
+            np.testing.assert_array_equal(res.weights, ref.weights)
+            out.append((res.eta, res.weights))
+        assert len(passes) >= 2  # the first rounds read the whole lists
+        layout = solver._reduction_cache.layout
+        first, again = layout.whole_buffers(), layout.whole_buffers()
+        assert (first[0] is again[0]) == (limit >= layout.rows.size)
+        results[limit] = out
+        rng = np.random.default_rng(63)
+        losses, labels, Z = make_instance(rng, n, 2, n_distinct=60, integer=False, d=2)
+    for (e1, w1), (e2, w2) in zip(results[n * n], results[n * n - 1]):
+        assert e1 == e2
+        np.testing.assert_array_equal(w1, w2)
+
+
 def test_auto_prunes_complete_lists_in_numpy_until_numba_has_started(monkeypatch):
     """kernel="auto" on complete lists: numpy passes while numba has not started in the process
     (its start would cost more than a small problem's whole fit), the compiled kernel once it

@@ -83,10 +83,17 @@ class _SparseLayout:
         """The heads of the numpy path's lists carried from one round to the next."""
         return WarmHeads()
 
-    @functools.cached_property
     def whole_buffers(self) -> tuple[np.ndarray, np.ndarray]:
-        """Two (n, m) float64 buffers for :func:`_floored_whole_lists`, reused from round to round."""
-        return np.empty(self.rows.shape), np.empty(self.rows.shape)
+        """Two (n, m) float64 buffers for :func:`_floored_whole_lists`, kept from round to round
+        for lists of at most :data:`WHOLE_BUFFERS_MAX` entries (larger lists get fresh ones each
+        pass rather than hold them for the whole fit: their whole-list rounds are few)."""
+        held = self.__dict__.get("_whole_buffers")
+        if held is not None:
+            return held
+        fresh = (np.empty(self.rows.shape), np.empty(self.rows.shape))
+        if self.rows.size <= WHOLE_BUFFERS_MAX:
+            self.__dict__["_whole_buffers"] = fresh  # (a frozen dataclass: as cached_property stores)
+        return fresh
 
     @functools.cached_property
     def max_cost(self) -> float:
@@ -403,6 +410,11 @@ def _hull_candidates(layout: _SparseLayout, rows, cols, R, C, tau: float, floor:
                        weights=layout.weights, floor=float(floor)), n_dominance
 
 
+#: Most list entries whose whole-list passes keep their two buffers on the layout (2 x 16 MiB;
+#: German's complete lists: 640 000).
+WHOLE_BUFFERS_MAX = 1 << 21
+
+
 #: The numpy path's trial floor where no eta* is known yet (a fit's first two rounds), relative to
 #: the losses' scale over the largest listed cost: far below the first eta* of the fits measured
 #: (German 7e-5, COMPAS 2.5e-4, against 6e-9 and 1.2e-8), yet enough to separate tied losses at
@@ -480,7 +492,7 @@ def _floored_whole_lists(layout: _SparseLayout, losses_flat: np.ndarray, tau: fl
     flat = layout.prefix_keys.flat
     # (two (n, m) buffers kept on the layout for the rounds that read the whole lists: fresh
     # arrays cost page faults, 4541 of the 31 ms of German's first two such passes in a fit)
-    V, best = layout.whole_buffers
+    V, best = layout.whole_buffers()
     np.multiply(layout.C, -floor, out=V)
     V += losses_flat.take(flat, out=best.reshape(-1), mode="clip").reshape(n, m)  # (clip: no buffered copy)
     np.maximum.accumulate(V, axis=1, out=best)
