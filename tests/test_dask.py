@@ -217,6 +217,20 @@ def test_dataframe_and_in_memory_inputs(client):
     assert np.abs(a.predict_proba(ddf).compute() - single.predict_proba(df)).max() <= 1e-6
 
 
+def test_fit_asks_the_scheduler_for_the_workers_not_the_clients_cached_record(client, monkeypatch):
+    """``Client.scheduler_info()`` returns the client's identity record, which its periodic refresh
+    replaces with one listing no workers; a fit that read it just after a refresh failed with "the
+    Dask cluster has no workers" (once, in CI).  With that record, the fit still finds both
+    workers (``Client.nthreads``) and gives the model it gives otherwise."""
+    X, y = _data(n=600, seed=6)
+    params = {**PARAMS, "n_steps": 2}
+    ref = _quiet(DaskBuDROClassifier(client=client, n_partitions=2, **params).fit, X, y)
+    monkeypatch.setattr(client, "scheduler_info", lambda *a, **k: {"workers": {}})
+    est = _quiet(DaskBuDROClassifier(client=client, **params).fit, X, y)
+    assert len(client.nthreads()) == 2 and est.n_partitions_ == 2
+    np.testing.assert_array_equal(est.predict_proba(X), ref.predict_proba(X))
+
+
 # -- tables: strings, categories, booleans, missing values ------------------------------------
 
 def _table(n=1200, seed=0):

@@ -406,7 +406,7 @@ class DaskBuDROClassifier(BuDROClassifier):
             raise ValidationError(f"X must be a numeric (n, d) array or DataFrame: {exc}") from None
         if names is not None:
             self._scattered_names = np.asarray(names, dtype=object)
-        n_workers = max(1, len(client.scheduler_info()["workers"]))
+        n_workers = max(1, len(worker_addresses(client)))
         rows = max(1, math.ceil(arr.shape[0] / n_workers))
         return client.persist(da.from_array(arr, chunks=(rows, arr.shape[1])))
 
@@ -520,7 +520,7 @@ class DaskBuDROClassifier(BuDROClassifier):
 
         # -- partitions and shards
         t0 = time.perf_counter()
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = worker_addresses(client)
         if not workers:
             raise ValidationError("the Dask cluster has no workers")
         P = int(self.n_partitions or len(workers))
@@ -895,10 +895,19 @@ def _scatter_table(X: Any, client: Any) -> Any:
             raise ValidationError(f"X must be a dask or pandas DataFrame, a dask array or an array, got "
                                   f"{type(X).__name__}")
         X = to_pandas()
-    n_workers = max(1, len(client.scheduler_info()["workers"]))
+    n_workers = max(1, len(worker_addresses(client)))
     with dask.config.set({"dataframe.convert-string": False}):
         frame = dd.from_pandas(X.reset_index(drop=True), npartitions=max(1, min(n_workers, len(X))), sort=False)
     return client.persist(frame)
+
+
+def worker_addresses(client: Any) -> list[str]:
+    """The cluster's workers now, sorted, from the scheduler (``Client.nthreads``).  Not
+    ``Client.scheduler_info()["workers"]``: that returns the client's shared identity record,
+    which its periodic refresh (every 2 s) replaces with one that lists no workers, so a read
+    that follows the refresh saw an empty cluster (a fit failed with "no workers" on a
+    LocalCluster of two)."""
+    return sorted(client.nthreads())
 
 
 def _needs_encoding(X: Any) -> bool:
