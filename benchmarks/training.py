@@ -522,9 +522,9 @@ def _report(results: list[dict], command: str, speed: tuple[dict, dict]) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in seconds:
             q = r["second"]
-            lo, hi = q.get("ratio_range", (q["ratio"], q["ratio"]))
+            lo, hi = q["ratio_range"]
             lines.append(
-                f"| {r.get('setting')} | {r['backend']} | {r['rounds']} | {q.get('fits', 1)} | {q['plain_round_ms']:.2f} | "
+                f"| {r.get('setting')} | {r['backend']} | {r['rounds']} | {q['fits']} | {q['plain_round_ms']:.2f} | "
                 f"{q['budro_round_ms']:.2f} | **{q['ratio']:.2f}** | {lo:.2f}-{hi:.2f} | {q['time_losses_mean_ms']:.2f} | {q['time_solve_mean_ms']:.2f} | "
                 f"{q['time_tree_mean_ms']:.2f} | {_fmt(q['bookkeeping_ms'])} | {q['outside_loop_ms']:.2f} | "
                 f"{q['time_solve_ms']:.2f} | {q['first_solve_ms']:.1f} | {q['plain_s']:.2f} | {q['budro_s']:.2f} |")
@@ -602,8 +602,7 @@ def _second_fit(r: dict, limit: float, full: bool) -> str:
     if not q:
         return ""
     ok = "met" if q["ratio"] <= limit else "NOT met"
-    n = q.get("fits", 1)
-    lo, hi = q.get("ratio_range", (q["ratio"], q["ratio"]))
+    n, (lo, hi) = q["fits"], q["ratio_range"]  # (every summary has them: _median_of_processes)
     spread = f"median of {n} pairs, range {lo:.2f}-{hi:.2f}; " if n > 1 else ""
     return (f"; later fits in the same process {q['ratio']:.2f} ({ok}{'' if full else ' (not a full run)'}; "
             f"{spread}plain {q['plain_round_ms']:.2f}, BuDRO {q['budro_round_ms']:.2f} ms per round)")
