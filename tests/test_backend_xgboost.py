@@ -251,6 +251,49 @@ def test_margins_come_from_the_current_model():
     np.testing.assert_allclose(backend.losses()[np.arange(len(y)), y].mean(), -np.log(backend.predict_proba(X)[np.arange(len(y)), y]).mean())
 
 
+@pytest.mark.parametrize(
+    "K, weight_scale, extra",
+    [(2, "n", {}), (2, "unit", {}), (2, "n", {"scale_pos_weight": 2.5}), (3, "n", {})],
+)
+def test_direct_rounds_equal_the_public_api(monkeypatch, K, weight_scale, extra):
+    """The per-round calls made to XGBoost's C functions directly (the default where the package
+    exposes them) give the margins, losses and model of the public Python API, to the bit."""
+    import budro.backends.xgboost as bx
+
+    X, y = continuous_data(K=K)
+    n = len(y)
+
+    params = dict(max_depth=4, nthread=1, **extra)
+    if weight_scale == "unit":
+        params = unit_params(n, **params)
+
+    def run():
+        backend = XGBoostBackend(weight_scale, **params)
+        backend.start(X, y, K)
+        seen = []
+        for seed in range(4):
+            seen.append((backend.margins(), backend.losses()))
+            backend.step(random_weights(n, K, seed=seed))
+        seen.append((backend.margins(), backend.losses()))
+        return backend, seen
+
+    direct, seen_direct = run()
+    assert type(direct._rounds) is bx._DirectRounds
+    monkeypatch.setattr(bx, "_rounds", lambda booster, dtrain, n, K: bx._Rounds(booster, dtrain, n, K))
+    public, seen_public = run()
+    assert type(public._rounds) is bx._Rounds
+    for (m1, l1), (m2, l2) in zip(seen_direct, seen_public):
+        assert m1.shape == ((n,) if K == 2 else (n, K))
+        np.testing.assert_array_equal(m1, m2)
+        np.testing.assert_array_equal(l1, l2)
+    assert bytes(direct.model.save_raw("json")) == bytes(public.model.save_raw("json"))
+    assert np.ptp(seen_direct[-1][0] - seen_direct[1][0]) > 1e-3  # the rounds learned something
+    # the kept margins buffer is overwritten by the next round: what margins() returned is a copy
+    before = direct.margins()
+    direct.step(random_weights(n, K, seed=9))
+    assert not np.array_equal(before, direct.margins())
+
+
 # -- the model outside budro --------------------------------------------------------------
 
 
