@@ -354,7 +354,7 @@ class XGBoostBackend(BuiltinBackend):
             w = P.sum(axis=1, keepdims=True) * scale
             grad = w * p - P * scale
             hess = np.maximum(2.0 * p * (1.0 - p) * w, _SOFTMAX_HESS_EPS)
-            booster.boost(dtrain, iteration, grad=grad, hess=hess)
+            self._rounds.boost(grad, hess, iteration)
         self._n_boosted = iteration + 1
         self._margins = None
 
@@ -511,6 +511,10 @@ class _Rounds:
         self.dtrain.set_weight(weight)
         self.booster.update(self.dtrain, iteration)
 
+    def boost(self, grad: np.ndarray, hess: np.ndarray, iteration: int) -> None:
+        """Train round ``iteration`` on these gradients and hessians, (n, K) float64."""
+        self.booster.boost(self.dtrain, iteration, grad=grad, hess=hess)
+
     def margins(self) -> np.ndarray:
         """The training margins as float64, shape (n, 1) for two classes, (n, K) otherwise."""
         m = self.booster.predict(self.dtrain, output_margin=True, validate_features=False)
@@ -519,15 +523,19 @@ class _Rounds:
 
 class _DirectRounds(_Rounds):
     """:class:`_Rounds` by the C functions the Python API calls, with the same arguments
-    (``XGDMatrixSetInfoFromInterface``, ``XGBoosterUpdateOneIter``,
+    (``XGDMatrixSetInfoFromInterface``, ``XGBoosterUpdateOneIter``, ``XGBoosterTrainOneIter``,
     ``XGBoosterPredictFromDMatrix``; XGBoost's documented C API, reached through the package's
     ctypes handle), without the API's own work around them on every call: building the array
     interfaces and the prediction's JSON arguments, checking the matrix's feature names against
     the booster's before each round (they were assigned at f_0 and do not change), a Python class
     and fresh arrays per prediction.  The labels and weights are copied into two arrays kept for
-    the fit, whose array interfaces are built once; the margins are copied into a kept float64
-    array.  At COMPAS's size (n = 4222) a step and the losses took 0.40 and 0.21 ms a round
-    through the API and 0.15-0.25 and 0.04-0.08 ms this way; the models are the same to the bit
+    the fit, whose array interfaces are built once (the gradients and hessians of more classes
+    likewise); the margins are copied into a kept float64 array.  German and COMPAS
+    (``benchmarks/backends.py --settings german,compas --backends xgboost --no-adversarial
+    --no-d0``, the code before and
+    after alternating three times): reading the margins 0.12-0.16 -> 0.03-0.08 ms a round, a
+    step 0.30-0.40 -> 0.21-0.33 ms, the whole driven round against XGBoost's own 2.0-2.8 ->
+    1.2-2.0x.  The models are the same to the bit
     (``tests/test_backend_xgboost.py -k direct_rounds``)."""
 
     def __init__(self, booster, dtrain, n: int, n_classes: int, lib, check, ulong):
@@ -540,6 +548,7 @@ class _DirectRounds(_Rounds):
         self._label_interface = _array_interface(self._label)
         self._weight_interface = _array_interface(self._weight)
         self._margins = np.empty(self.shape)
+        self._grad = self._hess = None
         # Booster.predict's arguments for output_margin=True, all trees, strict_shape=False
         self._predict_args = json.dumps({"type": 1, "training": False, "iteration_begin": 0, "iteration_end": 0,
                                          "strict_shape": False}).encode()
@@ -551,6 +560,15 @@ class _DirectRounds(_Rounds):
         self._check(self._lib.XGDMatrixSetInfoFromInterface(handle, b"label", self._label_interface))
         self._check(self._lib.XGDMatrixSetInfoFromInterface(handle, b"weight", self._weight_interface))
         self._check(self._lib.XGBoosterUpdateOneIter(self.booster.handle, self._ctypes.c_int(iteration), handle))
+
+    def boost(self, grad: np.ndarray, hess: np.ndarray, iteration: int) -> None:
+        if self._grad is None:  # (more than two classes only)
+            self._grad, self._hess = np.empty(self.shape), np.empty(self.shape)
+            self._grad_interface, self._hess_interface = _array_interface(self._grad), _array_interface(self._hess)
+        np.copyto(self._grad, grad)
+        np.copyto(self._hess, hess)
+        self._check(self._lib.XGBoosterTrainOneIter(self.booster.handle, self.dtrain.handle, self._ctypes.c_int(iteration),
+                                                     self._grad_interface, self._hess_interface))
 
     def margins(self) -> np.ndarray:
         ctypes = self._ctypes
@@ -581,7 +599,8 @@ def _rounds(booster, dtrain, n: int, n_classes: int) -> _Rounds:
         from xgboost.core import _LIB, _check_call, c_bst_ulong
     except ImportError:  # pragma: no cover - another xgboost's internals
         return _Rounds(booster, dtrain, n, n_classes)
-    names = ("XGDMatrixSetInfoFromInterface", "XGBoosterUpdateOneIter", "XGBoosterPredictFromDMatrix")
+    names = ("XGDMatrixSetInfoFromInterface", "XGBoosterUpdateOneIter", "XGBoosterTrainOneIter",
+             "XGBoosterPredictFromDMatrix")
     if not all(hasattr(_LIB, name) for name in names):  # pragma: no cover - another xgboost's library
         return _Rounds(booster, dtrain, n, n_classes)
     return _DirectRounds(booster, dtrain, n, n_classes, _LIB, _check_call, c_bst_ulong)
