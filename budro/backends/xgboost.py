@@ -532,10 +532,9 @@ class _DirectRounds(_Rounds):
     the fit, whose array interfaces are built once (the gradients and hessians of more classes
     likewise); the margins are copied into a kept float64 array.  German and COMPAS
     (``benchmarks/backends.py --settings german,compas --backends xgboost --no-adversarial
-    --no-d0``, the code before and
-    after alternating three times): reading the margins 0.12-0.16 -> 0.03-0.08 ms a round, a
-    step 0.30-0.40 -> 0.21-0.33 ms, the whole driven round against XGBoost's own 2.0-2.8 ->
-    1.2-2.0x.  The models are the same to the bit
+    --no-d0``, the code before and after alternating three times): reading the margins
+    0.12-0.16 -> 0.03-0.08 ms a round, a step 0.30-0.40 -> 0.21-0.33 ms, the whole driven round
+    against XGBoost's own 2.0-2.8 -> 1.2-2.0x.  The models are the same to the bit
     (``tests/test_backend_xgboost.py -k direct_rounds``)."""
 
     def __init__(self, booster, dtrain, n: int, n_classes: int, lib, check, ulong):
