@@ -294,6 +294,24 @@ def test_direct_rounds_equal_the_public_api(monkeypatch, K, weight_scale, extra)
     assert not np.array_equal(before, direct.margins())
 
 
+def test_rounds_take_the_public_api_where_xgboost_lacks_the_functions(monkeypatch):
+    import xgboost.core
+
+    import budro.backends.xgboost as bx
+
+    X, y = continuous_data()
+    backend = XGBoostBackend(max_depth=2, nthread=1)
+    backend.start(X, y, 2)
+    assert type(backend._rounds) is bx._DirectRounds
+    monkeypatch.setattr(xgboost.core, "_LIB", object())  # a library without those C functions
+    rounds = bx._rounds(backend.model, backend._dtrain, len(y), 2)
+    monkeypatch.undo()
+    assert type(rounds) is bx._Rounds
+    backend._rounds = rounds
+    backend.step(random_weights(len(y), 2))
+    np.testing.assert_array_equal(backend.margins(), backend.model.predict(xgb.DMatrix(X), output_margin=True))
+
+
 # -- the model outside budro --------------------------------------------------------------
 
 

@@ -600,7 +600,7 @@ def _rounds(booster, dtrain, n: int, n_classes: int) -> _Rounds:
         return _Rounds(booster, dtrain, n, n_classes)
     names = ("XGDMatrixSetInfoFromInterface", "XGBoosterUpdateOneIter", "XGBoosterTrainOneIter",
              "XGBoosterPredictFromDMatrix")
-    if not all(hasattr(_LIB, name) for name in names):  # pragma: no cover - another xgboost's library
+    if not all(hasattr(_LIB, name) for name in names):  # another xgboost's library
         return _Rounds(booster, dtrain, n, n_classes)
     return _DirectRounds(booster, dtrain, n, n_classes, _LIB, _check_call, c_bst_ulong)
 
