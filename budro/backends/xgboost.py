@@ -334,7 +334,7 @@ class XGBoostBackend(BuiltinBackend):
         P = check_weights(weights, (self._n_train, self.n_classes_))
         scale = float(self._n_train) if self.weight_scale == "n" else 1.0
         # The round number is counted here: Booster.num_boosted_rounds() is a library call per round.
-        booster, dtrain, iteration = self._booster, self._dtrain, self._n_boosted
+        iteration = self._n_boosted
         if self.n_classes_ == 2:
             # D0 weight of the label-1 copies (no multiplication, i.e. no copy, without scale_pos_weight)
             b = P[:, 1] * self._scale_pos_weight if self._scale_pos_weight != 1.0 else P[:, 1]
