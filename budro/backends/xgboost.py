@@ -547,7 +547,9 @@ class _DirectRounds(_Rounds):
         self._label_interface = _array_interface(self._label)
         self._weight_interface = _array_interface(self._weight)
         self._margins = np.empty(self.shape)
-        self._grad = self._hess = None
+        if n_classes > 2:  # the softmax gradients and hessians of boost()
+            self._grad, self._hess = np.empty(self.shape), np.empty(self.shape)
+            self._grad_interface, self._hess_interface = _array_interface(self._grad), _array_interface(self._hess)
         # Booster.predict's arguments for output_margin=True, all trees, strict_shape=False
         self._predict_args = json.dumps({"type": 1, "training": False, "iteration_begin": 0, "iteration_end": 0,
                                          "strict_shape": False}).encode()
@@ -561,9 +563,6 @@ class _DirectRounds(_Rounds):
         self._check(self._lib.XGBoosterUpdateOneIter(self.booster.handle, self._ctypes.c_int(iteration), handle))
 
     def boost(self, grad: np.ndarray, hess: np.ndarray, iteration: int) -> None:
-        if self._grad is None:  # (more than two classes only)
-            self._grad, self._hess = np.empty(self.shape), np.empty(self.shape)
-            self._grad_interface, self._hess_interface = _array_interface(self._grad), _array_interface(self._hess)
         np.copyto(self._grad, grad)
         np.copyto(self._hess, hess)
         self._check(self._lib.XGBoosterTrainOneIter(self.booster.handle, self.dtrain.handle, self._ctypes.c_int(iteration),
