@@ -281,6 +281,47 @@ def test_list_kernel_with_a_floor_keeps_every_argmax_above_it(seed, integer, sha
         assert outs[floor][4] <= outs[0.0][4]  # kept by dominance
 
 
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), integer=st.booleans(), share=st.sampled_from([0.05, 0.3, 1.0, 3.0]),
+       width=st.sampled_from([0.0, 1e-12, 0.02, 0.5, 4.0]), rising=st.booleans(), K=st.sampled_from([2, 3]))
+def test_list_kernel_with_a_window_keeps_every_argmax_inside_it(seed, integer, share, width, rising, K):
+    """The list kernel with a floor and a ceiling keeps, at every eta in [floor, ceiling], each
+    column's largest value and all its argmax rows (exact ties included: integer losses and
+    costs, duplicated points), each column's largest hull cost and the hull edges inside the
+    window, and no more pairs than with the floor alone."""
+    rng = np.random.default_rng(seed)
+    n = 48
+    losses, labels, Z = make_instance(rng, n, K, integer=integer, n_distinct=16)
+    cost = EmbeddingCost(Z, cache_bytes=0)
+    if rising:  # losses that rise along the columns' lists: far costs carry the larger losses
+        losses = losses + 0.25 * (Z**2).sum(axis=1, keepdims=True)
+    flat, C, ptr = _complete_lists(losses, labels, cost)
+    lf = losses.reshape(-1)
+    floor = share * float(np.ptp(losses) + 1.0) / float(C.mean() + 1.0)
+    ceiling = floor * (1.0 + width)
+    outs = {}
+    for c in (np.inf, ceiling):
+        out = _sparse_kernels.sparse_candidates(labels, K, C, flat, lf, 1e-9, np.ones(n), threads=1, ptr=ptr,
+                                                width=n, floor=floor, ceiling=c)
+        outs[c] = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in out)
+    e0 = outs[np.inf][5]
+    inside = sorted(set(e0[(e0 >= floor) & (e0 <= ceiling)].tolist()))[:20]
+    for eta in [floor, floor * (1 + 1e-13), 0.5 * (floor + ceiling), ceiling * (1 - 1e-13), ceiling] + inside:
+        if not floor <= eta <= ceiling:
+            continue
+        b0, s0 = _argmax_sets(outs[np.inf], n, eta)
+        b1, s1 = _argmax_sets(outs[ceiling], n, eta)
+        np.testing.assert_array_equal(b1, b0)
+        assert s1 == s0, eta
+    np.testing.assert_array_equal(outs[ceiling][7], outs[np.inf][7])  # each column's largest hull cost
+    # the edges inside the window: the same breakpoints with the same cost drops
+    within = {c: sorted(zip(outs[c][5][(outs[c][5] >= floor) & (outs[c][5] <= ceiling)].tolist(),
+                            outs[c][6][(outs[c][5] >= floor) & (outs[c][5] <= ceiling)].tolist())) for c in outs}
+    assert within[ceiling] == within[np.inf]
+    assert outs[ceiling][0].size <= outs[np.inf][0].size and outs[ceiling][4] <= outs[np.inf][4]
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_failed_certificates_are_rescanned(kernel):
     """A jump in the losses breaks the excluded bounds (X) of some columns and the hull margin of

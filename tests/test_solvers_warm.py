@@ -51,7 +51,7 @@ def same_result(res, ref):
     # the same pairs kept by dominance and as candidates: the kernel saw the same lists' worth
     # (where the warm solve's candidates were exact from a floor under the last rounds' eta*,
     # the cold solve's from 0, they hold fewer pairs: the rest of what the solves report agrees)
-    floored = ("floor", "below_floor", "dominance_pairs", "initial_pairs", "candidate_pairs")
+    floored = ("floor", "below_floor", "ceiling", "above_ceiling", "dominance_pairs", "initial_pairs", "candidate_pairs")
     if res.info["floor"] != ref.info["floor"]:
         assert ref.info["floor"] == 0.0 and res.info["initial_pairs"] <= ref.info["initial_pairs"]
         assert {k: v for k, v in res.info.items() if k not in floored} == {
@@ -144,6 +144,82 @@ def test_candidates_from_a_floor_follow_rising_eta_and_fall_back_when_it_drops(k
     assert all(f > 0.0 for f in floors[2:7]) and not any(i["below_floor"] for i in info[:6])
     assert etas[6] < floors[6] and info[6]["below_floor"]  # the fallback
     assert floors[7:] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_candidates_inside_a_window_and_the_fallback_when_eta_rises_past_its_ceiling(integer):
+    """From the third warm solve on, the sparse path's candidates are exact inside a window
+    [floor, ceiling] around the last two eta* (fewer pairs), with the cold solve's results bit
+    for bit and the HiGHS optimum; a solve whose eta* rises past its ceiling (the budget cut
+    sharply) makes them again from the floor alone, and the window's room grows."""
+    from budro.solvers import _dual_plan
+    from budro.solvers.lp import LPSolver
+
+    rng = np.random.default_rng(8)
+    n = 300
+    Z, labels, losses = instance(rng, n, n_distinct=120, integer=integer)
+    losses = losses + 0.3 * (Z**2).sum(axis=1, keepdims=True)  # losses rising with the distance
+    cost = neighbor_cost(Z, 30)
+    mean_cost = float(cost.neighbor_costs.mean())
+    eps = [0.3 * mean_cost * 0.97**t for t in range(6)] + [0.3 * mean_cost * 0.97**5 * 0.2] * 3
+    warm = DualSolver(kernel="numba")
+    info, etas, rooms = [], [], []
+    for e in eps:
+        problem = TransportProblem(losses, labels, cost, e)
+        res = warm.solve(problem)
+        cold = DualSolver(kernel="numba").solve(problem)
+        same_result(res, cold)
+        lp = LPSolver().solve(problem)
+        assert abs(res.objective - lp.objective) <= 1e-9 * max(1.0, abs(lp.objective))
+        info.append(res.info)
+        etas.append(res.eta)
+        rooms.append(warm._layout_cache.floors.room)
+        if res.info["ceiling"] < np.inf and not res.info["above_ceiling"]:
+            assert res.info["floor"] <= res.eta <= res.info["ceiling"]
+            assert res.info["initial_pairs"] <= cold.info["initial_pairs"]
+    ceilings = [i["ceiling"] for i in info]
+    assert ceilings[:2] == [np.inf, np.inf] and all(c < np.inf for c in ceilings[2:])
+    assert all(np.diff(etas) >= 0) and not any(i["below_floor"] for i in info)
+    assert etas[6] > ceilings[6] and info[6]["above_ceiling"]  # the sharp cut: the fallback
+    # the room narrows after a solve inside its window, widens after one above it
+    w = _dual_plan.EtaFloor
+    for t in range(3, len(eps)):
+        want = min(4.0 * rooms[t - 1], w.ROOM_MAX) if info[t]["above_ceiling"] else max(0.9 * rooms[t - 1], w.ROOM_MIN)
+        assert rooms[t] == pytest.approx(want)
+    assert sum(not i["above_ceiling"] for i in info[2:]) >= 4  # most solves inside their window
+
+
+def test_eta_window_rises_with_eta_and_adapts_its_room():
+    from budro.solvers import _dual_plan
+
+    w = _dual_plan.EtaFloor()
+    assert w.next() == 0.0 and w.ceiling() == np.inf
+    w.certified(1.0)
+    assert w.next() == 0.0 and w.ceiling() == np.inf
+    w.certified(1.1)
+    assert w.next() == pytest.approx(0.98)
+    # the last eta* times its last rise, times 1 + room
+    assert w.ceiling() == pytest.approx(1.1 * 1.1 * (1 + w.ROOM_START))
+    w.certified(1.2)  # inside: the room narrows, down to ROOM_MIN
+    assert w.room == pytest.approx(0.9 * w.ROOM_START)
+    w.next()
+    w.ceiling()
+    w.above()  # above: the room widens, up to ROOM_MAX
+    w.certified(2.0)
+    assert w.room == pytest.approx(4 * 0.9 * w.ROOM_START)
+    for _ in range(10):
+        w.next(); w.ceiling(); w.above(); w.certified(2.0)
+    assert w.room == w.ROOM_MAX
+    for _ in range(200):
+        w.next(); w.ceiling(); w.certified(2.0)
+    assert w.room == w.ROOM_MIN
+    # falling eta*: no rise, the ceiling is the last eta* times 1 + room; no ceiling while the
+    # floor rests after a miss below it
+    w.certified(1.5)
+    w.next()
+    assert w.ceiling() == pytest.approx(1.5 * (1 + w.ROOM_MIN))
+    w.missed()
+    assert w.next() == 0.0 and w.ceiling() == np.inf
 
 
 def test_pruned_lists_give_the_complete_lists_kernel_output_bit_for_bit():

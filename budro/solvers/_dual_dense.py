@@ -148,7 +148,7 @@ def narrow(solver, problem: TransportProblem, cand: _Candidates, a: _DualPoint, 
     starts = np.zeros(problem.n, dtype=np.intp)
     np.cumsum(counts[:-1], out=starts[1:])
     return _Candidates(rows=cand.rows[keep], cols=cand.cols[keep], starts=starts, R=cand.R[keep], C=cand.C[keep],
-                       floor=cand.floor)
+                       floor=cand.floor, ceiling=cand.ceiling)
 
 
 def _tie_extremes(

@@ -6,6 +6,7 @@ O(n m) and never building a column (numpy passes, or the compiled kernel of
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -311,7 +312,8 @@ def flat_index(rows: np.ndarray, labels: np.ndarray, K: int) -> np.ndarray:
     return flat
 
 
-def sparse_candidates(solver, problem: TransportProblem, floor: float = 0.0) -> tuple[_Candidates, int]:
+def sparse_candidates(solver, problem: TransportProblem, floor: float = 0.0,
+                      ceiling: float = math.inf) -> tuple[_Candidates, int]:
     """The listed pairs of a sparse cost that can ever be (near-)argmax pairs, O(n m).
 
     Two exact prunings, each dropping only pairs that lie more than ``tau`` (twice the largest
@@ -329,20 +331,25 @@ def sparse_candidates(solver, problem: TransportProblem, floor: float = 0.0) -> 
 
     Returns the candidates (by column, in increasing cost within a column) and the number of
     pairs kept by step 1.  ``floor`` > 0: on the compiled path, candidates exact for eta >= floor
-    only (``_Candidates.floor``; step 1 compares the values at floor, far fewer pairs).
+    only (``_Candidates.floor``; step 1 compares the values at floor, far fewer pairs);
+    ``ceiling`` < inf, on the compiled path: exact for ``eta <= ceiling`` too
+    (``_Candidates.ceiling``; the numpy passes ignore it and return candidates exact above).
     """
     layout = sparse_layout(solver, problem)
-    return list_candidates(solver, layout, problem.losses, problem.n, problem.eps, tie_margin(solver, problem), floor)
+    return list_candidates(solver, layout, problem.losses, problem.n, problem.eps, tie_margin(solver, problem), floor,
+                           ceiling=ceiling)
 
 
 def list_candidates(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float, tau: float,
-                    floor: float = 0.0, *, compiled: bool | None = None) -> tuple[_Candidates, int]:
+                    floor: float = 0.0, *, compiled: bool | None = None,
+                    ceiling: float = math.inf) -> tuple[_Candidates, int]:
     """:func:`sparse_candidates` on any lists in increasing cost per column: ``losses`` (rows, K)
     is what ``layout.flat`` indexes, ``n_total`` the number of columns counted with their
     multiplicities ``layout.weights`` (the plan's columns carry mass ``1 / n_total``);
-    ``compiled``: by the compiled kernel (None: as the solver's ``kernel`` says)."""
+    ``compiled``: by the compiled kernel (None: as the solver's ``kernel`` says); ``ceiling``: on
+    the compiled kernel only."""
     if _sparse_kernels.compiled(solver) if compiled is None else compiled:
-        return sparse_candidates_compiled(solver, layout, losses, n_total, eps, tau, floor)
+        return sparse_candidates_compiled(solver, layout, losses, n_total, eps, tau, floor, ceiling)
     if floor > 0.0 and layout.prefix_keys is not None:
         return floored_candidates(layout, losses, tau, floor)
     n, m = layout.rows.shape
@@ -611,20 +618,23 @@ class _Head:
 
 
 def sparse_candidates_compiled(solver, layout: _SparseLayout, losses: np.ndarray, n_total: int, eps: float,
-                               tau: float, floor: float = 0.0) -> tuple[_Candidates, int]:
+                               tau: float, floor: float = 0.0, ceiling: float = math.inf) -> tuple[_Candidates, int]:
     """:func:`list_candidates` by the compiled per-column kernel (module
     ``budro.solvers._sparse_kernels``), which also reads the minimiser of g off the exact hulls;
-    on the lists of :class:`WarmLists` where its certificate holds (the same output)."""
+    on the lists of :class:`WarmLists` where its certificate holds (the same output).  The
+    candidates are exact for ``floor <= eta <= ceiling``."""
     losses_flat = np.ascontiguousarray(losses, dtype=np.float64).reshape(-1)
     lists = layout.warm.lists(layout, losses_flat, tau)
     rows, cols, R, C, n_dom, edge_e, edge_dc, last_cost, starts = _sparse_kernels.sparse_candidates(
         layout.labels, layout.K, lists[1], lists[2], losses_flat, tau, layout.ones,
-        threads=solver.kernel_threads, workspace=layout.workspace, ptr=lists[0], width=lists[3], floor=floor)
+        threads=solver.kernel_threads, workspace=layout.workspace, ptr=lists[0], width=lists[3], floor=floor,
+        ceiling=ceiling)
     total = float(last_cost.sum()) if layout.weights is None else float(last_cost @ layout.weights)
     need = total - n_total * eps
     eta = 0.0 if need <= 0.0 else layout.breakpoint(edge_e, edge_dc, need)
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta, compiled=True,
-                       weights=layout.weights, edges=(edge_e, edge_dc, last_cost), floor=float(floor)), n_dom
+                       weights=layout.weights, edges=(edge_e, edge_dc, last_cost), floor=float(floor),
+                       ceiling=float(ceiling)), n_dom
 
 
 #: Rounds of drift the first warm lists are pruned for; adapted between 1 and _WARM_MAX_HORIZON.

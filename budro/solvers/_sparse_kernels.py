@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 
 import numpy as np
 
@@ -197,7 +198,8 @@ def uniform_ptr(n: int, m: int) -> np.ndarray:
 def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarray, losses_flat: np.ndarray,
                       tau: float, weights: np.ndarray, threads: int | None = 1, workspace: Workspace | None = None,
                       ptr: np.ndarray | None = None, width: int | None = None,
-                      spans: tuple[np.ndarray, np.ndarray] | None = None, floor: float = 0.0):
+                      spans: tuple[np.ndarray, np.ndarray] | None = None, floor: float = 0.0,
+                      ceiling: float = math.inf):
     """Run the candidate kernel on lists in increasing cost per column.
 
     ``flat[j, r] = row * K + labels[j]`` indexes ``losses_flat``; ``weights`` are the columns'
@@ -210,7 +212,8 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     hulls' edges (cost drops times the weights), each column's largest hull cost and where each
     column starts.  ``threads``: the kernel's threads (None: :func:`kernel_threads`' choice for
     the number of columns).  ``floor`` > 0: candidates and hulls exact for eta >= floor only
-    (far fewer pairs where the losses rise along the lists; see ``_sparse_numba._columns``).
+    (far fewer pairs where the losses rise along the lists; see ``_sparse_numba._columns``);
+    ``ceiling`` < inf: for eta <= ceiling only as well.
     """
     kern = _kernels()
     if spans is not None:
@@ -229,7 +232,8 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     ws = workspace if workspace is not None else Workspace(n, max(total, 1))
     args = (int(K), labels, lo, hi, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R,
             ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, ws.edge_count, int(width), float(floor),
-            float(np.abs(losses_flat).max()) if floor > 0.0 and losses_flat.size else 0.0)
+            float(np.abs(losses_flat).max()) if (floor > 0.0 or ceiling < math.inf) and losses_flat.size else 0.0,
+            float(ceiling))
     use = kernel_threads(threads, n)
     if use == 1 or n < 256:
         size, n_dom, n_edge = kern.candidates_serial(*args)

@@ -18,7 +18,7 @@ def _below(ca, ra, cb, rb, cc, rc, tau):
 
 @numba.njit(cache=True, nogil=True)
 def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
-             edge_dc, last_cost, col_count, edge_count, out0, edge0, width, floor, scale):
+             edge_dc, last_cost, col_count, edge_count, out0, edge0, width, floor, scale, ceiling):
     """Columns j0 <= j < j1; their pairs go to the outputs from ``out0``, their edges from
     ``edge0``.  Returns (pairs written, pairs kept by dominance, edges written).
 
@@ -39,7 +39,15 @@ def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_
     (an entry more than tau below a cheaper one at floor stays so at every larger eta, the cheaper
     one's value falling more slowly), which keeps far fewer entries when the losses rise along
     the lists; the comparison's margin adds the rounding of those values (``scale`` >= every
-    |loss|).  The hulls and edges below floor are then those of the kept entries only."""
+    |loss|).  The hulls and edges below floor are then those of the kept entries only.
+
+    ``ceiling`` < inf: exact for eta <= ceiling only as well (a solve whose eta* is known to lie in
+    [floor, ceiling]): of the entries dominance keeps, one more than tau below a more expensive
+    one at the ceiling is dropped too (it stays so at every smaller eta, the dearer one's value
+    rising faster as eta falls), with the same margin for rounding.  At Adult's windows (a few
+    per cent wide) this leaves one pair in about three columns of four against four pairs a
+    column at the floor alone; the hulls and edges above the ceiling are then those of the kept
+    entries only."""
     m = max(width, 1)
     kpos = np.empty(m, dtype=np.int64)  # kept list entries (indices into flat and C), in cost order
     kval = np.empty(m)
@@ -89,10 +97,38 @@ def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_
                 kval[nk] = v
                 nk += v + tau >= best
                 best = max(best, v)
-        n_dom += nk
+        k0 = 0
+        if ceiling < np.inf and nk > 1:
+            # 1''. dominance at eta <= ceiling, from the dear end: keep k iff u_k + margin >=
+            #      max(u_{k+1} .. u_{nk-1}), u = R - ceiling C; the kept entries are written down
+            #      from the end (dst >= k: nothing unread is overwritten) and start at k0
+            slack_c = tau + 2.0**-50 * (scale + ceiling * C[np.uint64(hi[j] - 1)])
+            best_c = -np.inf
+            dst = nk - 1
+            for k in range(nk - 1, -1, -1):
+                u = kval[k] - ceiling * C[np.uint64(kpos[k])]
+                kpos[dst] = kpos[k]
+                kval[dst] = kval[k]
+                dst -= u + slack_c >= best_c
+                best_c = max(best_c, u)
+            k0 = dst + 1
+        n_dom += nk - k0
+        if nk - k0 == 1:
+            # one entry kept (most columns inside a window): it is the column's hull, no edges
+            r = kpos[k0]
+            x = flat[r] - labels[j]
+            out_rows[n_out] = x >> shift if shift >= 0 else x // K
+            out_cols[n_out] = j
+            out_R[n_out] = kval[k0]
+            out_C[n_out] = C[r]
+            n_out += 1
+            col_count[j] = 1
+            last_cost[j] = C[r]
+            edge_count[j] = 0
+            continue
         # 2. runs of equal cost among the kept positions
         h = 0
-        for k in range(nk):
+        for k in range(k0, nk):
             c = C[np.uint64(kpos[k])]
             v = kval[k]
             if h > 0 and c == rc[h - 1]:
@@ -151,15 +187,15 @@ def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_
 
 @numba.njit(cache=True, nogil=True)
 def candidates_serial(K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
-                      edge_dc, last_cost, col_count, edge_count, width, floor, scale):
+                      edge_dc, last_cost, col_count, edge_count, width, floor, scale, ceiling):
     """All columns on the calling thread, written contiguously from the start of the outputs."""
     return _columns(0, lo.size, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R,
-                    out_C, edge_e, edge_dc, last_cost, col_count, edge_count, 0, 0, width, floor, scale)
+                    out_C, edge_e, edge_dc, last_cost, col_count, edge_count, 0, 0, width, floor, scale, ceiling)
 
 
 @numba.njit(cache=True, parallel=True)
 def candidates(bounds, at, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C,
-               edge_e, edge_dc, last_cost, col_count, edge_count, width, floor, scale, counts):
+               edge_e, edge_dc, last_cost, col_count, edge_count, width, floor, scale, ceiling, counts):
     """The columns in chunks ``bounds[c] <= j < bounds[c + 1]``, one chunk per task; chunk c
     writes its pairs from ``at[c]`` (the lists' entries before its first column) and its edges
     from ``at[c] - bounds[c]`` (a list of length l has at most l - 1 edges)."""
@@ -167,7 +203,7 @@ def candidates(bounds, at, K, labels, lo, hi, C, flat, losses_flat, tau, weights
         j0 = bounds[c]
         a, b, d = _columns(j0, bounds[c + 1], K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows,
                            out_cols, out_R, out_C, edge_e, edge_dc, last_cost, col_count, edge_count, at[c],
-                           at[c] - j0, width, floor, scale)
+                           at[c] - j0, width, floor, scale, ceiling)
         counts[c, 0] = a
         counts[c, 1] = b
         counts[c, 2] = d

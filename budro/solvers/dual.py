@@ -292,10 +292,12 @@ class DualSolver(Solver):
         """The neighbour lists in cost order (cached per cost object and labels)."""
         return _dual_sparse.sparse_layout(self, problem)
 
-    def _sparse_candidates(self, problem: TransportProblem, floor: float = 0.0) -> tuple[_Candidates, int]:
+    def _sparse_candidates(self, problem: TransportProblem, floor: float = 0.0,
+                           ceiling: float = math.inf) -> tuple[_Candidates, int]:
         """The listed pairs of a sparse cost that can ever be (near-)argmax pairs, O(n m) (with
-        ``floor`` > 0, on the compiled path: that can be for some eta >= floor)."""
-        return _dual_sparse.sparse_candidates(self, problem, floor)
+        ``floor`` > 0, on the compiled path: that can be for some eta >= floor; with ``ceiling``
+        < inf, there too: for some eta <= ceiling)."""
+        return _dual_sparse.sparse_candidates(self, problem, floor, ceiling)
 
     @staticmethod
     def _breakpoint_eta(problem: TransportProblem, cand: _Candidates) -> float:
@@ -346,26 +348,34 @@ class DualSolver(Solver):
             layout = _dual_sparse.sparse_layout(self, problem) if sparse else reduced.layout
             floors = layout.floors
 
-        def lists(floor: float) -> tuple[_Candidates, int]:
+        def lists(floor: float, ceiling: float = math.inf) -> tuple[_Candidates, int]:
             if sparse:
-                return self._sparse_candidates(problem, floor=floor)
+                return self._sparse_candidates(problem, floor=floor, ceiling=ceiling)
             return _dual_lists.candidates(self, problem, reduced, floor=floor, compiled=use_compiled)
 
+        ceiling = math.inf
         if sparse or reduced is not None:
             floor = floors.next()
             if floor == 0.0 and not use_compiled and not floors.resting():
                 # numpy passes with no eta* known yet: a trial floor far below any eta* measured
                 # (_dual_sparse.TRIAL_FLOOR), should eta* lie below it, as any floor
                 floor = _dual_sparse.trial_floor(layout, problem.losses)
-            candidates, pruned_pairs = lists(floor)
+            if sparse and use_compiled and floor > 0.0:
+                # and a ceiling above the last rounds' eta* (the compiled kernel: one pair in most
+                # columns); should eta* lie above it, they are made again with the floor alone
+                ceiling = floors.ceiling()
+            candidates, pruned_pairs = lists(floor, ceiling)
             eta0 = self._breakpoint_eta(problem, candidates)
         initial_pairs = None if candidates is None else int(candidates.rows.size)
         floor = 0.0 if candidates is None else candidates.floor
+        ceiling = math.inf if candidates is None else candidates.ceiling
 
         def probe(eta: float) -> tuple[_DualPoint, str]:
             nonlocal n_eval, n_full
             if candidates is not None and eta < candidates.floor:
                 raise _dual_plan.BelowFloor
+            if candidates is not None and eta > candidates.ceiling:
+                raise _dual_plan.AboveCeiling
             n_eval += 1
             if candidates is not None:
                 point = self._evaluate_candidates(problem, candidates, eta)
@@ -398,12 +408,17 @@ class DualSolver(Solver):
             # 2. Kelley cutting plane on [a, b] (_dual_plan.cutting_plane).
             return _dual_plan.cutting_plane(probe, budget_left, a, b, _dual_plan.lines_meet(problem), narrow)
 
-        try:
-            found, a, b, stalled = search(eta0)
-        except _dual_plan.BelowFloor:  # eta* lies below the floor: every candidate again
-            floors.missed()
-            candidates, pruned_pairs = lists(0.0)
-            found, a, b, stalled = search(self._breakpoint_eta(problem, candidates))
+        while True:
+            try:
+                found, a, b, stalled = search(eta0)
+                break
+            except _dual_plan.BelowFloor:  # eta* lies below the floor: every candidate again
+                floors.missed()
+                candidates, pruned_pairs = lists(0.0)
+            except _dual_plan.AboveCeiling:  # above the ceiling: the candidates from the floor
+                floors.above()
+                candidates, pruned_pairs = lists(candidates.floor)
+            eta0 = self._breakpoint_eta(problem, candidates)
         if floors is not None and found is not None:
             floors.certified(found.eta)
 
@@ -443,6 +458,8 @@ class DualSolver(Solver):
             "full_evaluations": n_full,
             "floor": floor,  # the candidates were first made exact from this eta (0: every eta)
             "below_floor": floor > 0.0 and candidates.floor == 0.0,
+            "ceiling": ceiling,  # ... and to this eta (inf: every eta)
+            "above_ceiling": ceiling < math.inf and candidates.ceiling == math.inf and candidates.floor > 0.0,
         }
         if sparse or reduced is not None:
             # The argmax costs are the listed costs (of the neighbour lists, or the groups' costs
