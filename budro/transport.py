@@ -1127,6 +1127,18 @@ class TransportProblem:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "eps", eps)
 
+    @classmethod
+    def _derived(cls, losses: np.ndarray, labels: np.ndarray, cost: Cost, eps: float) -> "TransportProblem":
+        """A problem made from the checked fields of another (its rows renumbered, say): float64
+        finite losses (n, K), intp labels in [0, K), a cost for the n points, eps as checked; not
+        checked again (at Adult's 36 177 rows the checks take about 0.1 ms a solve)."""
+        problem = object.__new__(cls)
+        object.__setattr__(problem, "losses", losses)
+        object.__setattr__(problem, "labels", labels)
+        object.__setattr__(problem, "cost", cost)
+        object.__setattr__(problem, "eps", eps)
+        return problem
+
     @property
     def n(self) -> int:
         return self.losses.shape[0]

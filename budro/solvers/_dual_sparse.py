@@ -240,8 +240,11 @@ def solve_renumbered(solver, problem: TransportProblem, order: "_Locality", eta0
     problem (every value and the certificate unchanged; among tied argmax rows the plan may pick
     another of equal cost)."""
     perm, n = order.perm, problem.n
-    inner = TransportProblem(_rows(solver, problem.losses, perm), order.renumbered_labels(problem.labels), order.cost,
-                             problem.eps)
+    # (the checked fields of the problem, renumbered: not checked again)
+    inner = TransportProblem._derived(_rows(solver, problem.losses, perm), order.renumbered_labels(problem.labels),
+                                      order.cost, problem.eps)
+    if "max_abs_loss" in problem.__dict__:  # (the same losses in another order)
+        inner.__dict__["max_abs_loss"] = problem.max_abs_loss
     r = solver._solve(inner, eta0=eta0)
     weights = _rows(solver, r.weights, order.inv)
     info = dict(r.info)
@@ -706,6 +709,13 @@ class WarmLists:
         total = n * m
         K = layout.K
         kern = _sparse_kernels._kernels()  # (compiled path only: numba is there)
+        if self.anchor is None and self.pause > 0:
+            # on the complete lists for a while: no drift measured in the pause; the round after
+            # it measures its drift against the pause's last round (at Adult, where pruning never
+            # pays, the drift and the copy took 0.1-0.15 ms of every solve)
+            self.pause -= 1
+            self.previous = self._kept(losses_flat) if self.pause == 0 else None
+            return layout.complete
         scale = float(kern.abs_max(losses_flat))
         if self.anchor is not None and self.anchor.size == losses_flat.size:
             self.age += 1
@@ -724,10 +734,6 @@ class WarmLists:
             kern.label_drift(losses_flat, self.previous, K, drift)
             self.rate = max(self.rate, float(drift.max()))
         else:  # the first round: no drift seen yet
-            self.previous = self._kept(losses_flat)
-            return layout.complete
-        if self.pause > 0:
-            self.pause -= 1
             self.previous = self._kept(losses_flat)
             return layout.complete
         if n >= 8 * _WARM_SAMPLE:  # try the pruning on a block of columns first: does it pay?

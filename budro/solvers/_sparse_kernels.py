@@ -232,7 +232,7 @@ def sparse_candidates(labels: np.ndarray, K: int, C: np.ndarray, flat: np.ndarra
     ws = workspace if workspace is not None else Workspace(n, max(total, 1))
     args = (int(K), labels, lo, hi, C, flat, losses_flat, float(tau), weights, ws.out_rows, ws.out_cols, ws.out_R,
             ws.out_C, ws.edge_e, ws.edge_dc, ws.last_cost, ws.col_count, ws.edge_count, int(width), float(floor),
-            float(np.abs(losses_flat).max()) if (floor > 0.0 or ceiling < math.inf) and losses_flat.size else 0.0,
+            float(kern.abs_max(losses_flat)) if (floor > 0.0 or ceiling < math.inf) and losses_flat.size else 0.0,
             float(ceiling))
     use = kernel_threads(threads, n)
     if use == 1 or n < 256:
