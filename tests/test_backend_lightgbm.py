@@ -254,6 +254,74 @@ def test_margins_come_from_the_current_model():
 # -- the model outside budro --------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "K, weight_scale, extra",
+    [(2, "n", {}), (2, "unit", {}), (2, "n", {"scale_pos_weight": 2.5}), (3, "n", {}), (3, "n", {"feature_fraction": 0.6})],
+)
+def test_direct_rounds_equal_the_public_api(monkeypatch, K, weight_scale, extra):
+    """The rounds after f_0 made by LightGBM's C functions directly (the default where the
+    package exposes them) give the margins, losses and model of ``Booster.update``, to the bit,
+    and leave the booster's own reading of the training score current."""
+    import budro.backends.lightgbm as bl
+
+    X, y = make_data(K=K)
+    n = len(y)
+    params = dict(num_leaves=8, num_threads=1, **extra)
+    if weight_scale == "unit":
+        params = unit_params(n, **params)
+
+    def run():
+        backend = LightGBMBackend(weight_scale, **params)
+        backend.start(X, y, K, random_state=3)
+        seen = []
+        for seed in range(4):
+            seen.append((backend.margins(), backend.losses()))
+            backend.step(random_weights(n, K, seed=seed))
+        seen.append((backend.margins(), backend.losses()))
+        return backend, seen
+
+    direct, seen_direct = run()
+    assert type(direct._direct) is bl._DirectRounds
+    # the booster's own training score (Booster.eval_train) follows the direct rounds
+    got = []
+    direct.model.eval_train(feval=lambda preds, _data: got.append(np.array(preds)) or ("m", 0.0, False))
+    np.testing.assert_array_equal(got[0].reshape(n, -1).squeeze() if K == 2 else got[0], seen_direct[-1][0])
+    monkeypatch.setattr(bl, "_direct_rounds", lambda *args: None)
+    public, seen_public = run()
+    assert public._direct is None
+    for (m1, l1), (m2, l2) in zip(seen_direct, seen_public):
+        assert m1.shape == ((n,) if K == 2 else (n, K))
+        np.testing.assert_array_equal(m1, m2)
+        np.testing.assert_array_equal(l1, l2)
+    assert direct.model.model_to_string() == public.model.model_to_string()
+    assert np.ptp(seen_direct[-1][0] - seen_direct[1][0]) > 1e-3  # the rounds learned something
+    before = direct.margins()
+    direct.step(random_weights(n, K, seed=9))
+    last = direct.margins()
+    assert not np.array_equal(before, last)  # margins() returned a copy
+    direct.finish()
+    assert direct._direct is None
+    np.testing.assert_allclose(direct.predict_margin(X).reshape(last.shape), last, atol=ATOL)
+
+
+def test_rounds_take_booster_update_where_lightgbm_lacks_what_they_need(monkeypatch):
+    import lightgbm.basic
+
+    import budro.backends.lightgbm as bl
+
+    X, y = make_data()
+    backend = LightGBMBackend(num_leaves=4, num_threads=1)
+    backend.start(X, y, 2)
+    assert type(backend._direct) is bl._DirectRounds
+    monkeypatch.setattr(lightgbm.basic, "_LIB", object())  # a library without those C functions
+    assert bl._direct_rounds(lightgbm, backend.model, len(y), 2) is None
+    monkeypatch.undo()
+    assert bl._direct_rounds(lightgbm, object(), len(y), 2) is None  # no handle, no score flags
+    backend._direct = None
+    backend.step(random_weights(len(y), 2))
+    np.testing.assert_array_equal(backend.margins(), backend.model.predict(X, raw_score=True))
+
+
 @pytest.mark.parametrize("K", [2, 3])
 def test_saved_model_loads_in_plain_lightgbm_with_its_objective(tmp_path, K):
     X, y = make_data(K=K)

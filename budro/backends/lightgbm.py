@@ -393,6 +393,7 @@ class LightGBMBackend(BuiltinBackend):
         self._booster = None
         self._dataset = None
         self._margins: np.ndarray | None = None
+        self._direct: _DirectRounds | None = None
         self._n_train = 0
         self._scale_pos_weight = 1.0
 
@@ -446,7 +447,7 @@ class LightGBMBackend(BuiltinBackend):
         lgb = _lgb()
         X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
         params = self._with_threads(self._train_params(n_classes, random_state, native=False), X.shape[0])
-        self._booster = self._dataset = self._margins = None
+        self._booster = self._dataset = self._margins = self._direct = None
         n = X.shape[0]
         dataset = _dataset(lgb, X, categorical, params, label=y)
         booster = lgb.Booster(params=params, train_set=dataset)
@@ -455,7 +456,8 @@ class LightGBMBackend(BuiltinBackend):
         self._scale_pos_weight = float(params.get("scale_pos_weight", 1.0))
         empirical = np.zeros((n, n_classes))
         empirical[np.arange(n), y.astype(np.intp)] = 1.0 / n
-        self._boost(empirical)
+        self._boost(empirical)  # (by Booster.update, which sets the booster's objective to "none" once)
+        self._direct = _direct_rounds(lgb, booster, n, n_classes)
 
     def step(self, weights: np.ndarray) -> None:
         """Grow one more round on D0, the copy ``(x_i, k)`` weighted by ``weights[i, k]``.
@@ -470,11 +472,17 @@ class LightGBMBackend(BuiltinBackend):
 
     def _boost(self, P: np.ndarray) -> None:
         scale = float(self._n_train) if self.weight_scale == "n" else 1.0
-        self._booster.update(fobj=_d0_objective(P * scale if scale != 1.0 else P, self.n_classes_, self._scale_pos_weight))
+        objective = _d0_objective(P * scale if scale != 1.0 else P, self.n_classes_, self._scale_pos_weight)
+        if self._direct is not None:
+            self._direct.boost(*objective(self._cached_margins(), None))
+        else:
+            self._booster.update(fobj=objective)
         self._margins = None
 
     def _cached_margins(self) -> np.ndarray:
-        if self._margins is None:
+        if self._margins is None and self._direct is not None:
+            self._margins = self._direct.margins()
+        elif self._margins is None:
             captured: list[np.ndarray] = []
 
             def capture(preds, _data):
@@ -505,6 +513,7 @@ class LightGBMBackend(BuiltinBackend):
             self._booster = _lgb().Booster(model_str=self._model_string())
         self._dataset = None
         self._margins = None
+        self._direct = None
 
     # -- the model ----------------------------------------------------------------------
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
@@ -588,7 +597,7 @@ class LightGBMBackend(BuiltinBackend):
                 f"the data is not a valid LightGBM model for categorical_features={categorical}: "
                 f"its categorical features are {stored}"
             )
-        self._booster, self._dataset, self._margins = booster, None, None
+        self._booster, self._dataset, self._margins, self._direct = booster, None, None, None
         self.n_classes_, self.n_features_in_, self._categorical = n_classes, n_features, categorical
 
     @property
@@ -612,6 +621,7 @@ class LightGBMBackend(BuiltinBackend):
             state["_booster"] = _lgb().Booster(model_str=self._model_string())
         state["_dataset"] = None
         state["_margins"] = None
+        state["_direct"] = None
         return state
 
     # -- helpers ------------------------------------------------------------------------
@@ -623,6 +633,74 @@ class LightGBMBackend(BuiltinBackend):
             return text
         objective = "binary sigmoid:1" if self.n_classes_ == 2 else f"multiclass num_class:{self.n_classes_}"
         return _with_objective_line(text, objective)
+
+
+class _DirectRounds:
+    """A fit's rounds after f_0 by the two C functions ``Booster.update(fobj=...)`` and the
+    training score's read call (``LGBM_BoosterUpdateOneIterCustom``, ``LGBM_BoosterGetPredict``;
+    LightGBM's C API through the package's ctypes handle), with the same arguments, without the
+    Python API's work around them every round: ``Booster.eval_train`` with a capturing metric to
+    read the margins, the gradients' conversion into fresh float32 arrays and the checks of their
+    lengths.  The gradients and hessians are copied into two float32 arrays kept for the fit
+    (class-major, as ``Booster.update`` lays them out), the training score into a kept float64
+    array; after each round the booster's own cache of the training score is marked stale, as
+    ``Booster.update`` marks it, so that ``eval_train`` and the like read it afresh.  The models
+    are the same to the bit (``tests/test_backend_lightgbm.py -k direct_rounds``)."""
+
+    def __init__(self, booster, n: int, n_classes: int, lib, check):
+        import ctypes
+
+        self._ctypes, self._lib, self._check = ctypes, lib, check
+        self._booster, self._handle = booster, booster._handle
+        self._n, self._K = n, n_classes
+        size = n * (1 if n_classes == 2 else n_classes)
+        self._grad = np.empty(size, dtype=np.float32)
+        self._hess = np.empty(size, dtype=np.float32)
+        self._score = np.empty(size)
+        self._grad_p = self._grad.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        self._hess_p = self._hess.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        self._score_p = self._score.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+        self._length = ctypes.c_int64(0)
+        self._finished = ctypes.c_int(0)
+
+    def _class_major(self, a: np.ndarray) -> np.ndarray:
+        """The (n, K) view of a kept class-major array (K > 2); the array itself for two classes."""
+        return a if self._K == 2 else a.reshape(self._K, self._n).T
+
+    def margins(self) -> np.ndarray:
+        """The training score as a fresh array: (n,) for two classes, (n, K) otherwise."""
+        self._check(self._lib.LGBM_BoosterGetPredict(self._handle, self._ctypes.c_int(0), self._ctypes.byref(self._length),
+                                                     self._score_p))
+        if self._length.value != self._score.size:  # pragma: no cover - one score per row and class
+            raise BudroError(f"LightGBM returned {self._length.value} training scores, expected {self._score.size}")
+        return np.array(self._class_major(self._score))
+
+    def boost(self, grad: np.ndarray, hess: np.ndarray) -> None:
+        """One round on these gradients and hessians ((n,) or (n, K) float64, as the objective
+        gives them)."""
+        np.copyto(self._class_major(self._grad), grad, casting="same_kind")  # (float32, as Booster.update)
+        np.copyto(self._class_major(self._hess), hess, casting="same_kind")
+        self._check(self._lib.LGBM_BoosterUpdateOneIterCustom(self._handle, self._grad_p, self._hess_p,
+                                                              self._ctypes.byref(self._finished)))
+        # Booster.update's own "not predicted yet" for the training and any validation data
+        flags = self._booster._Booster__is_predicted_cur_iter
+        self._booster._Booster__is_predicted_cur_iter = [False] * len(flags)
+
+
+def _direct_rounds(lgb, booster, n: int, n_classes: int) -> "_DirectRounds | None":
+    """:class:`_DirectRounds` for a training booster whose f_0 ``Booster.update`` has made (it sets
+    the objective to "none" once), or None where the LightGBM package does not expose what it
+    needs (its ctypes library and error check, the booster's handle and its list of which
+    training scores are current): the rounds then go through ``Booster.update``."""
+    basic = getattr(lgb, "basic", None)
+    lib, check = getattr(basic, "_LIB", None), getattr(basic, "_safe_call", None)
+    handle = getattr(booster, "_handle", None)
+    predicted = getattr(booster, "_Booster__is_predicted_cur_iter", None)
+    if lib is None or check is None or handle is None or not isinstance(predicted, list):
+        return None
+    if not all(hasattr(lib, f) for f in ("LGBM_BoosterUpdateOneIterCustom", "LGBM_BoosterGetPredict")):
+        return None
+    return _DirectRounds(booster, n, n_classes, lib, check)
 
 
 def _d0_objective(P: np.ndarray, n_classes: int, scale_pos_weight: float) -> Callable:
