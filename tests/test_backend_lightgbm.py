@@ -12,6 +12,8 @@ lgb = pytest.importorskip("lightgbm")
 from budro.backends.lightgbm import PARAM_ALIASES, RESERVED_PARAMS, LightGBMBackend  # noqa: E402
 from budro.exceptions import BudroError, ValidationError  # noqa: E402
 
+from _direct_rounds import assert_same_rounds, record_rounds  # noqa: E402
+
 N = 300
 ATOL = 1e-6
 
@@ -271,14 +273,8 @@ def test_direct_rounds_equal_the_public_api(monkeypatch, K, weight_scale, extra)
         params = unit_params(n, **params)
 
     def run():
-        backend = LightGBMBackend(weight_scale, **params)
-        backend.start(X, y, K, random_state=3)
-        seen = []
-        for seed in range(4):
-            seen.append((backend.margins(), backend.losses()))
-            backend.step(random_weights(n, K, seed=seed))
-        seen.append((backend.margins(), backend.losses()))
-        return backend, seen
+        return record_rounds(LightGBMBackend(weight_scale, **params), X, y, K, lambda seed: random_weights(n, K, seed=seed),
+                             random_state=3)
 
     direct, seen_direct = run()
     assert type(direct._direct) is bl._DirectRounds
@@ -289,12 +285,8 @@ def test_direct_rounds_equal_the_public_api(monkeypatch, K, weight_scale, extra)
     monkeypatch.setattr(bl, "_direct_rounds", lambda *args: None)
     public, seen_public = run()
     assert public._direct is None
-    for (m1, l1), (m2, l2) in zip(seen_direct, seen_public):
-        assert m1.shape == ((n,) if K == 2 else (n, K))
-        np.testing.assert_array_equal(m1, m2)
-        np.testing.assert_array_equal(l1, l2)
+    assert_same_rounds(seen_direct, seen_public, n, K)
     assert direct.model.model_to_string() == public.model.model_to_string()
-    assert np.ptp(seen_direct[-1][0] - seen_direct[1][0]) > 1e-3  # the rounds learned something
     before = direct.margins()
     direct.step(random_weights(n, K, seed=9))
     last = direct.margins()
@@ -304,7 +296,11 @@ def test_direct_rounds_equal_the_public_api(monkeypatch, K, weight_scale, extra)
     np.testing.assert_allclose(direct.predict_margin(X).reshape(last.shape), last, atol=ATOL)
 
 
-def test_rounds_take_booster_update_where_lightgbm_lacks_what_they_need(monkeypatch):
+def test_direct_rounds_need_the_library_functions_the_handle_and_the_score_flags(monkeypatch):
+    """Without any of them ``_direct_rounds`` gives None and the fit's rounds go through
+    ``Booster.update`` (whose rounds test_direct_rounds_equal_the_public_api compares)."""
+    from types import SimpleNamespace
+
     import lightgbm.basic
 
     import budro.backends.lightgbm as bl
@@ -312,14 +308,13 @@ def test_rounds_take_booster_update_where_lightgbm_lacks_what_they_need(monkeypa
     X, y = make_data()
     backend = LightGBMBackend(num_leaves=4, num_threads=1)
     backend.start(X, y, 2)
-    assert type(backend._direct) is bl._DirectRounds
+    booster, n = backend.model, len(y)
+    flags = booster._Booster__is_predicted_cur_iter
+    assert type(bl._direct_rounds(lgb, booster, n, 2)) is bl._DirectRounds
+    assert bl._direct_rounds(lgb, SimpleNamespace(_Booster__is_predicted_cur_iter=flags), n, 2) is None
+    assert bl._direct_rounds(lgb, SimpleNamespace(_handle=booster._handle), n, 2) is None
     monkeypatch.setattr(lightgbm.basic, "_LIB", object())  # a library without those C functions
-    assert bl._direct_rounds(lightgbm, backend.model, len(y), 2) is None
-    monkeypatch.undo()
-    assert bl._direct_rounds(lightgbm, object(), len(y), 2) is None  # no handle, no score flags
-    backend._direct = None
-    backend.step(random_weights(len(y), 2))
-    np.testing.assert_array_equal(backend.margins(), backend.model.predict(X, raw_score=True))
+    assert bl._direct_rounds(lgb, booster, n, 2) is None
 
 
 @pytest.mark.parametrize("K", [2, 3])

@@ -243,6 +243,26 @@ def _argmax_sets(out, n, eta):
     return best, {(int(c), int(r)) for c, r in zip(cols[at], rows[at])}
 
 
+def _kernel_instance(seed, integer, share, rising, K):
+    """48 points with ties and duplicates, their complete lists, a floor scaled by ``share``, and
+    ``run(floor, ceiling)``: the list kernel's output on them (copies)."""
+    rng = np.random.default_rng(seed)
+    n = 48
+    losses, labels, Z = make_instance(rng, n, K, integer=integer, n_distinct=16)
+    cost = EmbeddingCost(Z, cache_bytes=0)
+    if rising:  # losses that rise along the columns' lists: far costs carry the larger losses
+        losses = losses + 0.25 * (Z**2).sum(axis=1, keepdims=True)
+    flat, C, ptr = _complete_lists(losses, labels, cost)
+    lf = losses.reshape(-1)
+
+    def run(floor, ceiling=np.inf):
+        out = _sparse_kernels.sparse_candidates(labels, K, C, flat, lf, 1e-9, np.ones(n), threads=1, ptr=ptr,
+                                                width=n, floor=floor, ceiling=ceiling)
+        return tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in out)
+
+    return n, run, share * float(np.ptp(losses) + 1.0) / float(C.mean() + 1.0)
+
+
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="numba is not installed: nothing to compare")
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), integer=st.booleans(), share=st.sampled_from([0.05, 0.3, 1.0, 3.0]),
@@ -252,20 +272,8 @@ def test_list_kernel_with_a_floor_keeps_every_argmax_above_it(seed, integer, sha
     all its argmax rows (exact ties included: integer losses and costs, duplicated points), and
     the hull edges above the floor; it keeps no more pairs than the kernel without one where the
     losses rise with the cost (as along a fit's lists)."""
-    rng = np.random.default_rng(seed)
-    n = 48
-    losses, labels, Z = make_instance(rng, n, K, integer=integer, n_distinct=16)
-    cost = EmbeddingCost(Z, cache_bytes=0)
-    if rising:  # losses that rise along the columns' lists: far costs carry the larger losses
-        losses = losses + 0.25 * (Z**2).sum(axis=1, keepdims=True)
-    flat, C, ptr = _complete_lists(losses, labels, cost)
-    lf = losses.reshape(-1)
-    floor = share * float(np.ptp(losses) + 1.0) / float(C.mean() + 1.0)
-    outs = {}
-    for f in (0.0, floor):
-        out = _sparse_kernels.sparse_candidates(labels, K, C, flat, lf, 1e-9, np.ones(n), threads=1, ptr=ptr,
-                                                width=n, floor=f)
-        outs[f] = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in out)
+    n, run, floor = _kernel_instance(seed, integer, share, rising, K)
+    outs = {f: run(f) for f in (0.0, floor)}
     e0 = outs[0.0][5]
     probes = [floor, floor * (1 + 1e-12), 1.5 * floor, 4.0 * floor] + sorted(set(e0[e0 >= floor].tolist()))[:20]
     for eta in probes:
@@ -290,21 +298,9 @@ def test_list_kernel_with_a_window_keeps_every_argmax_inside_it(seed, integer, s
     column's largest value and all its argmax rows (exact ties included: integer losses and
     costs, duplicated points), each column's largest hull cost and the hull edges inside the
     window, and no more pairs than with the floor alone."""
-    rng = np.random.default_rng(seed)
-    n = 48
-    losses, labels, Z = make_instance(rng, n, K, integer=integer, n_distinct=16)
-    cost = EmbeddingCost(Z, cache_bytes=0)
-    if rising:  # losses that rise along the columns' lists: far costs carry the larger losses
-        losses = losses + 0.25 * (Z**2).sum(axis=1, keepdims=True)
-    flat, C, ptr = _complete_lists(losses, labels, cost)
-    lf = losses.reshape(-1)
-    floor = share * float(np.ptp(losses) + 1.0) / float(C.mean() + 1.0)
+    n, run, floor = _kernel_instance(seed, integer, share, rising, K)
     ceiling = floor * (1.0 + width)
-    outs = {}
-    for c in (np.inf, ceiling):
-        out = _sparse_kernels.sparse_candidates(labels, K, C, flat, lf, 1e-9, np.ones(n), threads=1, ptr=ptr,
-                                                width=n, floor=floor, ceiling=c)
-        outs[c] = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in out)
+    outs = {c: run(floor, c) for c in (np.inf, ceiling)}
     e0 = outs[np.inf][5]
     inside = sorted(set(e0[(e0 >= floor) & (e0 <= ceiling)].tolist()))[:20]
     for eta in [floor, floor * (1 + 1e-13), 0.5 * (floor + ceiling), ceiling * (1 - 1e-13), ceiling] + inside:
