@@ -16,6 +16,17 @@ def _below(ca, ra, cb, rb, cc, rc, tau):
     return (rb - ra) * dC2 < (rc - ra) * dC1 - tau * dC2
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put(out_rows, out_cols, out_R, out_C, at, j, r, value, flat, C, label, shift, K):
+    """Write list entry r of column j (loss ``value``) as candidate pair ``at``: its row is
+    ``(flat[r] - label) / K``, by a shift where K is a power of two (``shift`` >= 0)."""
+    x = flat[r] - label
+    out_rows[at] = x >> shift if shift >= 0 else x // K
+    out_cols[at] = j
+    out_R[at] = value
+    out_C[at] = C[r]
+
+
 @numba.njit(cache=True, nogil=True)
 def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_rows, out_cols, out_R, out_C, edge_e,
              edge_dc, last_cost, col_count, edge_count, out0, edge0, width, floor, scale, ceiling):
@@ -116,11 +127,7 @@ def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_
         if nk - k0 == 1:
             # one entry kept (most columns inside a window): it is the column's hull, no edges
             r = kpos[k0]
-            x = flat[r] - labels[j]
-            out_rows[n_out] = x >> shift if shift >= 0 else x // K
-            out_cols[n_out] = j
-            out_R[n_out] = kval[k0]
-            out_C[n_out] = C[r]
+            _put(out_rows, out_cols, out_R, out_C, n_out, j, r, kval[k0], flat, C, labels[j], shift, K)
             n_out += 1
             col_count[j] = 1
             last_cost[j] = C[r]
@@ -154,12 +161,7 @@ def _columns(j0, j1, K, labels, lo, hi, C, flat, losses_flat, tau, weights, out_
             stop = rfirst[t + 1] if t + 1 < h else nk
             for k in range(rfirst[t], stop):
                 if kval[k] >= top:
-                    r = kpos[k]
-                    x = flat[r] - label
-                    out_rows[n_out] = x >> shift if shift >= 0 else x // K
-                    out_cols[n_out] = j
-                    out_R[n_out] = kval[k]
-                    out_C[n_out] = C[r]
+                    _put(out_rows, out_cols, out_R, out_C, n_out, j, kpos[k], kval[k], flat, C, label, shift, K)
                     n_out += 1
         col_count[j] = n_out - first
         # 4. the exact hull (tau = 0) of the tau-hull's runs, and its edges
