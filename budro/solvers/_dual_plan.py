@@ -404,25 +404,29 @@ def _switch_entries(
 
 def result_from_switch(problem: TransportProblem, cheap: tuple[np.ndarray, np.ndarray],
                        dear: tuple[np.ndarray, np.ndarray], switch: bool, *, compiled: bool,
-                       **kwargs) -> tuple[TransportResult, int | None, int]:
+                       scratch=None, **kwargs) -> tuple[TransportResult, int | None, int]:
     """:func:`_switch_entries` (with the entries' costs ``cheap[1]``, ``dear[1]``) and then
     :func:`_result_from_entries`: ``(result, split column, columns switched)``.  ``compiled``:
     both in one pass of a compiled kernel (``_sparse_numba.switch_plan``), with the same
     arithmetic in the same order, so the same plan, weights, objective and cost to the last bit
-    (``tests/test_solvers_lists.py``); about 0.2 ms less per solve at n = 800 to 4222."""
+    (``tests/test_solvers_lists.py``); about 0.2 ms less per solve at n = 800 to 4222.  The kernel
+    writes the entries' rows and the products the two sums add (into ``scratch``, a
+    :class:`~budro.solvers._sparse_kernels.RecoveryScratch` kept by the caller, where given); the
+    columns and values of the entries are laid out only when the plan is read."""
     if not compiled:
         rows, cols, vals, entry_costs, split, n_switched = _switch_entries(problem, cheap[0], dear[0], switch,
                                                                           costs=(cheap[1], dear[1]))
         return _result_from_entries(problem, rows, cols, vals, entry_costs, **kwargs), split, n_switched
     n = problem.n
     deficit = n * problem.eps - float(np.sum(cheap[1])) if switch else 0.0
-    rows, cols, vals, entry_costs, entry_losses, weights, split, n_switched = _sparse_kernels.switch_plan(
-        cheap[0], dear[0], cheap[1], dear[1], deficit, switch, problem.labels, problem.losses)
-    objective = float(np.sum(vals * entry_losses))
-    transport_cost = float(np.sum(vals * entry_costs))
-    # the plan as a sparse array only when read (a fit reads the weights): its entries are the
-    # kernel's fresh arrays, never written again
-    result = lazy_plan_result(_recovery_plan, (rows, cols, vals, n), weights=weights, objective=objective,
+    rows, prod_loss, prod_cost, weights, split, n_switched, split_vals = _sparse_kernels.switch_plan(
+        cheap[0], dear[0], cheap[1], dear[1], deficit, switch, problem.labels, problem.losses, scratch=scratch)
+    # np.sum(vals * entry_losses) and np.sum(vals * entry_costs), of the same products
+    objective = float(np.sum(prod_loss))
+    transport_cost = float(np.sum(prod_cost))
+    # the plan as a sparse array only when read (a fit reads the weights): from the kernel's
+    # fresh rows, never written again
+    result = lazy_plan_result(_switched_plan, (rows, n, split, split_vals), weights=weights, objective=objective,
                               transport_cost=transport_cost, **kwargs)
     return result, split, n_switched
 
@@ -455,7 +459,8 @@ def lazy_plan_result(build, args: tuple, **fields) -> LazyPlanResult:
     return result
 
 
-def _recovery_plan(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int) -> sp.csc_array:
+def _switched_plan(rows: np.ndarray, n: int, split: int | None, split_vals: tuple[float, float]) -> sp.csc_array:
+    cols, vals = _sparse_kernels.switched_entries(rows, n, split, split_vals)
     return plan_csc(rows, cols, vals, n, recovery=True)
 
 

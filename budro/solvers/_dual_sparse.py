@@ -47,6 +47,11 @@ class _SparseLayout:
         return _sparse_kernels.Workspace(n, n * m)
 
     @functools.cached_property
+    def recovery(self) -> "_sparse_kernels.RecoveryScratch":
+        """The compiled recovery's product buffers, reused every round."""
+        return _sparse_kernels.RecoveryScratch()
+
+    @functools.cached_property
     def complete(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """``(ptr, C, flat, m)``: the lists flattened as the compiled kernels take them."""
         n, m = self.rows.shape

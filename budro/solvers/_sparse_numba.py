@@ -483,21 +483,23 @@ def evaluate_parallel(bounds, starts, rows, R, C, eta, tie_rtol, scale, weights,
 
 
 @numba.njit(cache=True, nogil=True)
-def switch_plan(rows_cheap, rows_dear, cost_cheap, cost_dear, deficit, switch, labels, losses, out_rows, out_cols,
-                out_vals, out_costs, out_loss, weights):
+def switch_plan(rows_cheap, rows_dear, cost_cheap, cost_dear, deficit, switch, labels, losses, out_rows, prod_loss,
+                prod_cost, weights, split_vals):
     """The exact recovery of ``budro.solvers._dual_plan._switch_entries`` and the weights of
     ``_result_from_entries`` in one pass, with the same arithmetic in the same order (the
     budget's running sum is numpy's sequential ``cumsum``; the weights are added entry by entry
-    as ``np.bincount`` does).  Writes the plan's entries (``out_*``, n or n + 1 of them: the
-    columns in order, then the split column's second row) with each entry's loss, adds them to
-    ``weights`` (n, K, zeros on entry) and returns (entries, split column or -1, columns switched)."""
+    as ``np.bincount`` does).  The plan's entries are the columns in order, then the split
+    column's second row (n or n + 1 of them); writes their rows (``out_rows``), each entry's
+    value times its loss and times its cost (``prod_loss``, ``prod_cost``: the products that
+    ``_result_from_entries`` sums for the objective and the transport cost), the split column's
+    two values (``split_vals``: (1 - theta) / n, theta / n), adds the values to ``weights`` (n, K,
+    zeros on entry) and returns (entries, split column or -1, columns switched).  Every other
+    entry has the value 1 / n; entry j < n costs ``cost_dear[j]`` where its row was switched to
+    ``rows_dear[j]`` (a different row), else ``cost_cheap[j]``."""
     n = rows_cheap.size
     share = 1.0 / n
     for j in range(n):
         out_rows[j] = rows_cheap[j]
-        out_cols[j] = j
-        out_vals[j] = share
-        out_costs[j] = cost_cheap[j]
     size = n
     split = -1
     n_switched = 0
@@ -520,7 +522,6 @@ def switch_plan(rows_cheap, rows_dear, cost_cheap, cost_dear, deficit, switch, l
             for j in range(k):
                 if rows_dear[j] != rows_cheap[j] and cost_dear[j] - cost_cheap[j] > 0.0:
                     out_rows[j] = rows_dear[j]
-                    out_costs[j] = cost_dear[j]
                     n_switched += 1
             if k < n:
                 d = cost_dear[k] - cost_cheap[k] if rows_dear[k] != rows_cheap[k] else 0.0
@@ -530,18 +531,25 @@ def switch_plan(rows_cheap, rows_dear, cost_cheap, cost_dear, deficit, switch, l
                 theta = min(1.0, max(0.0, (deficit - base) / d))
                 if theta >= 1.0:
                     out_rows[k] = rows_dear[k]
-                    out_costs[k] = cost_dear[k]
                     n_switched += 1
                 elif theta > 0.0:
                     split = k
-                    out_vals[k] = (1.0 - theta) / n
+                    split_vals[0] = (1.0 - theta) / n
+                    split_vals[1] = theta / n
                     out_rows[n] = rows_dear[k]
-                    out_cols[n] = k
-                    out_vals[n] = theta / n
-                    out_costs[n] = cost_dear[k]
                     size = n + 1
     for e in range(size):
-        label = labels[out_cols[e]]
-        out_loss[e] = losses[out_rows[e], label]
-        weights[out_rows[e], label] += out_vals[e]
+        if e < n:
+            j = e
+            v = split_vals[0] if e == split else share
+            c = cost_dear[j] if out_rows[j] != rows_cheap[j] else cost_cheap[j]
+        else:
+            j = split
+            v = split_vals[1]
+            c = cost_dear[j]
+        label = labels[j]
+        r = out_rows[e]
+        prod_loss[e] = v * losses[r, label]
+        prod_cost[e] = v * c
+        weights[r, label] += v
     return size, split, n_switched
