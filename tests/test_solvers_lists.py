@@ -9,6 +9,7 @@ duplicated points and tied losses, with both pruning kernels.
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -224,6 +225,61 @@ def test_compiled_recovery_equals_the_numpy_recovery_bit_for_bit(n, K, data):
     np.testing.assert_array_equal(pa.indptr, pb.indptr)
     np.testing.assert_array_equal(pa.indices, pb.indices)
     np.testing.assert_array_equal(pa.data, pb.data)
+
+
+def test_recovery_scratch_hands_out_again_only_arrays_nothing_else_holds():
+    """The recycled arrays of the compiled recovery (a result's weights and plan rows): an array
+    still held anywhere -- by a name, an attribute, a list, a view of it, a memoryview -- is never
+    handed out again; once dropped, it is."""
+    scratch = _sparse_kernels.RecoveryScratch()
+    if scratch._free_count is None:  # pragma: no cover - not CPython: every array fresh
+        pytest.skip("no reference counts on this interpreter")
+    a = scratch.recycled((5, 2), np.float64)
+    first = id(a)
+    assert scratch.recycled((5, 2), np.float64) is not a  # held by a name
+    del a
+    b = scratch.recycled((5, 2), np.float64)
+    assert id(b) == first  # dropped: handed out again
+    for hold in (lambda x: x[1:], lambda x: x.reshape(-1), lambda x: memoryview(x), lambda x: [x],
+                 lambda x: types.SimpleNamespace(x=x)):
+        held = hold(b)
+        del b
+        b = scratch.recycled((5, 2), np.float64)
+        assert id(b) != first, hold
+        del held, b
+        b = scratch.recycled((5, 2), np.float64)
+        assert id(b) == first
+    assert scratch.recycled((5, 3), np.float64).shape == (5, 3)  # another shape: another array
+    assert scratch.recycled((5, 2), np.intp).dtype == np.intp
+
+
+@pytest.mark.skipif(not _sparse_kernels.available(), reason="the compiled recovery needs numba (pip install 'budro[fast]')")
+def test_a_kept_result_is_not_overwritten_by_later_solves():
+    """A result's weights and plan (read after later solves on the same solver, whose recovery
+    recycles the arrays nothing holds) stay what a fresh solver gives for its problem."""
+    from budro.transport import NeighborCost
+
+    rng = np.random.default_rng(5)
+    n, K, m = 300, 2, 8
+    Z = rng.normal(size=(n, 3))
+    cost = NeighborCost(Z, m)
+    labels = rng.integers(0, K, size=n)
+    problems = [TransportProblem(rng.exponential(size=(n, K)), labels, cost, 0.05) for _ in range(9)]
+    solver = DualSolver(kernel="numba")
+    kept, seen = {}, []
+    for t, problem in enumerate(problems):
+        result = solver.solve(problem)
+        seen.append(id(result.weights))
+        if t % 3 == 0:  # every third result held while the later solves run; the others dropped
+            kept[t] = result
+        del result
+    assert len(set(seen)) < len(seen)  # dropped results' arrays were handed out again
+    for t, result in kept.items():
+        problem = problems[t]
+        fresh = DualSolver(kernel="numba").solve(problem)
+        np.testing.assert_array_equal(result.weights, fresh.weights)
+        assert (result.plan != fresh.plan).nnz == 0
+        assert result.objective == fresh.objective and result.transport_cost == fresh.transport_cost
 
 
 @settings(max_examples=60, deadline=None)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 
 import numpy as np
 
@@ -382,20 +383,56 @@ def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray,
 
 
 class RecoveryScratch:
-    """The compiled recovery's two product buffers (each entry's value times its loss and cost,
-    summed at once by the caller), kept from one solve to the next (one per list layout): fresh
-    n-sized arrays every round cost page faults on first touch, and in a fit they come fresh
-    (Adult, LightGBM: the recovery 1.2 ms a round with five fresh output arrays, 0.3-0.4 ms
-    without).  What :func:`switch_plan` returns of them are views, valid until the next call."""
+    """The compiled recovery's buffers, kept from one solve to the next (one per list layout):
+    fresh n-sized arrays every round cost page faults on first touch, and in a fit they come
+    fresh (Adult, LightGBM: the recovery 1.0-1.2 ms a round with its arrays fresh, 0.4-0.5 ms
+    without).
+
+    - ``buffers``: the two product buffers (each entry's value times its loss and cost), summed
+      by the caller at once; what :func:`switch_plan` returns of them are views, valid until the
+      next call.
+    - ``recycled``: the arrays a result keeps (its weights, its plan's rows), handed out again
+      only once nothing but this scratch holds them: CPython's reference count of an array
+      counts every view of it and every object holding it (what ``ndarray.resize(refcheck=True)``
+      checks), so an array still referenced anywhere -- a fit's last result, a caller's copy of
+      its weights -- is never written; a fit drops each round's result a round later, so two or
+      three arrays of each kind go round.  Where reference counts are not available (not
+      CPython), every array is fresh."""
+
+    #: Most arrays kept for recycling (beyond it, fresh ones are handed out and not kept).
+    MAX_RECYCLED = 8
 
     def __init__(self):
         self._buffers: tuple[np.ndarray, np.ndarray] | None = None
+        self._recycled: list[np.ndarray] = []
+        # The count of an array held by this scratch only, measured as the check reads it
+        # (the same expression, so interpreter details cancel out); None: no recycling.
+        self._free_count: int | None = None
+        if hasattr(sys, "getrefcount"):
+            self._recycled.append(np.empty(0))
+            self._free_count = self._count(0)
+            self._recycled.clear()
+
+    def _count(self, i: int) -> int:
+        return sys.getrefcount(self._recycled[i])
 
     def buffers(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         held = self._buffers
         if held is None or held[0].size < size:
             held = self._buffers = (np.empty(size), np.empty(size))
         return held
+
+    def recycled(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """An array of ``shape`` and ``dtype`` (contents undefined) that nothing else holds."""
+        dtype = np.dtype(dtype)
+        for i in range(len(self._recycled)):
+            if self._recycled[i].shape == shape and self._recycled[i].dtype == dtype \
+                    and self._count(i) == self._free_count:
+                return self._recycled[i]
+        out = np.empty(shape, dtype=dtype)
+        if self._free_count is not None and len(self._recycled) < self.MAX_RECYCLED:
+            self._recycled.append(out)
+        return out
 
 
 def switch_plan(rows_cheap: np.ndarray, rows_dear: np.ndarray, cost_cheap: np.ndarray, cost_dear: np.ndarray,
@@ -406,12 +443,19 @@ def switch_plan(rows_cheap: np.ndarray, rows_dear: np.ndarray, cost_cheap: np.nd
     plan's entries are the columns in order, then the split column's second row; ``rows`` their
     rows; each has the value 1/n except the split column's two, ``split_vals`` = ((1 - theta)/n,
     theta/n) (:func:`switched_entries` lays the entries out); ``prod_loss`` / ``prod_cost``: each
-    entry's value times its loss / cost (views into ``scratch`` where given)."""
+    entry's value times its loss / cost (views into ``scratch`` where given, whose recycled arrays
+    hold ``rows`` and ``weights``)."""
     n = rows_cheap.size
     K = losses.shape[1]
-    out_rows = np.empty(n + 1, dtype=np.intp)
-    prod_loss, prod_cost = (np.empty(n + 1), np.empty(n + 1)) if scratch is None else scratch.buffers(n + 1)
-    weights = np.zeros((n, K))
+    if scratch is None:
+        out_rows = np.empty(n + 1, dtype=np.intp)
+        prod_loss, prod_cost = np.empty(n + 1), np.empty(n + 1)
+        weights = np.zeros((n, K))
+    else:
+        out_rows = scratch.recycled((n + 1,), np.intp)
+        prod_loss, prod_cost = scratch.buffers(n + 1)
+        weights = scratch.recycled((n, K), np.float64)
+        weights.fill(0.0)
     split_vals = np.zeros(2)
     size, split, n_switched = _kernels().switch_plan(
         np.ascontiguousarray(rows_cheap, dtype=np.intp), np.ascontiguousarray(rows_dear, dtype=np.intp),
