@@ -1150,8 +1150,11 @@ class TransportProblem:
     @functools.cached_property
     def max_abs_loss(self) -> float:
         """``max |losses|``, computed once per problem (a solve reads it for its tie tolerances
-        several times: at Adult's 36 177 rows 24 us each)."""
-        return float(np.abs(self.losses).max())
+        several times: at Adult's 36 177 rows 24 us each): ``np.abs(losses).max()`` exactly, as
+        the larger of the largest loss and minus the smallest, without the n x K temporary (whose
+        fresh pages cost about 0.2 ms of every Adult solve in a fit)."""
+        losses = self.losses
+        return abs(max(float(losses.max()), -float(losses.min())))
 
     @property
     def label_shares(self) -> np.ndarray:
