@@ -81,3 +81,12 @@ def test_training_reports_the_median_process_and_pools_the_later_pairs(monkeypat
     assert whole["fit_ratio"] == 4.2 and training._range_cell(whole, ".1f") == " (3.6-4.5)"
     tree = {"kind": "tree", "rows": []}
     assert training._median_of_processes([tree]) is tree  # run once, as it was
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_solve_phases_refuses_a_bad_number_of_fits_before_any_fit(value):
+    script = SOLVERS.parent / "solve_phases.py"
+    proc = subprocess.run([sys.executable, str(script), "--fits", value], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert f"argument --fits: expected a number of fits >= 1, got '{value}'" in proc.stderr.strip().splitlines()[-1]
+    assert proc.stdout == ""  # nothing measured
