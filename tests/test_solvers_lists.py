@@ -254,10 +254,16 @@ def test_recovery_scratch_hands_out_again_only_arrays_nothing_else_holds():
 
 
 @pytest.mark.skipif(not _sparse_kernels.available(), reason="the compiled recovery needs numba (pip install 'budro[fast]')")
-def test_a_kept_result_is_not_overwritten_by_later_solves():
-    """A result's weights and plan (read after later solves on the same solver, whose recovery
-    recycles the arrays nothing holds) stay what a fresh solver gives for its problem."""
+@pytest.mark.parametrize("renumbered", [False, True])
+def test_a_kept_result_is_not_overwritten_by_later_solves(renumbered, monkeypatch):
+    """A result's weights and plan (read after later solves on the same solver, whose recovery,
+    evaluations and renumbering gathers recycle the arrays nothing holds) stay what a fresh solver
+    gives for its problem; ``renumbered``: solved on the points renumbered by locality (the
+    weights numbered back into recycled arrays too)."""
+    from budro.solvers import _dual_sparse
     from budro.transport import NeighborCost
+
+    monkeypatch.setattr(_dual_sparse, "LOCALITY_MIN_N", 100 if renumbered else 10**9)
 
     rng = np.random.default_rng(5)
     n, K, m = 300, 2, 8
@@ -274,6 +280,7 @@ def test_a_kept_result_is_not_overwritten_by_later_solves():
             kept[t] = result
         del result
     assert len(set(seen)) < len(seen)  # dropped results' arrays were handed out again
+    assert (solver._locality_cache is not None) == renumbered
     for t, result in kept.items():
         problem = problems[t]
         fresh = DualSolver(kernel="numba").solve(problem)

@@ -75,6 +75,9 @@ class _Candidates:
     floor: float = 0.0
     #: ... and for eta <= ceiling only (inf: for every eta); g must not be evaluated above it.
     ceiling: float = math.inf
+    #: Where the compiled evaluations take their output arrays (the list layout's
+    #: :class:`~budro.solvers._sparse_kernels.RecoveryScratch`; None: fresh arrays).
+    scratch: Any = None
 
 
 class BelowFloor(Exception):
@@ -232,7 +235,8 @@ def evaluate_candidates(solver, problem: TransportProblem, cand: _Candidates, et
     if cand.compiled:
         w = np.ones(ncols) if cand.weights is None else cand.weights
         total, lo, hi, c_lo, c_hi = _sparse_kernels.evaluate(cand.starts, cand.rows, cand.R, cand.C, eta,
-                                                             solver.tie_rtol, scale, w, threads=solver.kernel_threads)
+                                                             solver.tie_rtol, scale, w, threads=solver.kernel_threads,
+                                                             scratch=cand.scratch)
     else:
         V = cand.R - cand.C * eta
         vmax = np.maximum.reduceat(V, cand.starts)

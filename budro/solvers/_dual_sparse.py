@@ -185,6 +185,8 @@ class _Locality:
     cost: object
     #: (a copy of the last labels given, them renumbered): a fit's labels are the same every round
     labels: list = field(default_factory=lambda: [None, None])
+    #: The renumbered losses and the weights numbered back, in arrays recycled from round to round
+    scratch: "_sparse_kernels.RecoveryScratch" = field(default_factory=lambda: _sparse_kernels.RecoveryScratch())
 
     def renumbered_labels(self, labels: np.ndarray) -> np.ndarray:
         """``labels[perm]``, reused while the labels are equal to the last ones (a comparison
@@ -246,12 +248,12 @@ def solve_renumbered(solver, problem: TransportProblem, order: "_Locality", eta0
     another of equal cost)."""
     perm, n = order.perm, problem.n
     # (the checked fields of the problem, renumbered: not checked again)
-    inner = TransportProblem._derived(_rows(solver, problem.losses, perm), order.renumbered_labels(problem.labels),
-                                      order.cost, problem.eps)
+    inner = TransportProblem._derived(_rows(solver, problem.losses, perm, order.scratch),
+                                      order.renumbered_labels(problem.labels), order.cost, problem.eps)
     if "max_abs_loss" in problem.__dict__:  # (the same losses in another order)
         inner.__dict__["max_abs_loss"] = problem.max_abs_loss
     r = solver._solve(inner, eta0=eta0)
-    weights = _rows(solver, r.weights, order.inv)
+    weights = _rows(solver, r.weights, order.inv, order.scratch)
     info = dict(r.info)
     if info.get("split_column") is not None:
         info["split_column"] = int(perm[info["split_column"]])
@@ -270,16 +272,19 @@ def solve_renumbered(solver, problem: TransportProblem, order: "_Locality", eta0
 GATHER_PARALLEL_MIN = 100_000
 
 
-def _rows(solver, a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def _rows(solver, a: np.ndarray, idx: np.ndarray, scratch=None) -> np.ndarray:
     """``a[idx]`` for an (n, K) float64 array: by the compiled gather on the kernel threads from
     :data:`GATHER_PARALLEL_MIN` rows (7.7-9.3 against 13.6-18.8 ms at 10^6 points), else np.take
-    (a row gather 8x faster than fancy indexing at that size)."""
-    if idx.size < GATHER_PARALLEL_MIN or not compiled(solver):
-        return np.take(a, idx, axis=0)
-    use = _sparse_kernels.kernel_threads(solver.kernel_threads, idx.size)
+    (a row gather 8x faster than fancy indexing at that size); there into an array of
+    ``scratch`` (a :class:`~budro.solvers._sparse_kernels.RecoveryScratch`) where given."""
+    use = 1 if idx.size < GATHER_PARALLEL_MIN or not compiled(solver) else _sparse_kernels.kernel_threads(
+        solver.kernel_threads, idx.size)
     if use == 1 or a.dtype != np.float64 or a.ndim != 2:  # (one thread: no parallel kernel, as in a forked child)
-        return np.take(a, idx, axis=0)
-    out = np.empty(a.shape)
+        if scratch is None or a.dtype != np.float64:
+            return np.take(a, idx, axis=0)
+        # (mode "clip": the indices are a permutation; numpy buffers a checked take's output)
+        return np.take(a, idx, axis=0, out=scratch.recycled(a.shape, np.float64), mode="clip")
+    out = np.empty(a.shape) if scratch is None else scratch.recycled(a.shape, np.float64)
     with _sparse_kernels.parallel_threads(use):
         _sparse_kernels._kernels().gather_rows(np.ascontiguousarray(a), idx, out)
     return out
@@ -642,7 +647,7 @@ def sparse_candidates_compiled(solver, layout: _SparseLayout, losses: np.ndarray
     eta = 0.0 if need <= 0.0 else layout.breakpoint(edge_e, edge_dc, need)
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta, compiled=True,
                        weights=layout.weights, edges=(edge_e, edge_dc, last_cost), floor=float(floor),
-                       ceiling=float(ceiling)), n_dom
+                       ceiling=float(ceiling), scratch=layout.recovery), n_dom
 
 
 #: Rounds of drift the first warm lists are pruned for; adapted between 1 and _WARM_MAX_HORIZON.

@@ -359,18 +359,21 @@ def group_top(losses: np.ndarray, order: np.ndarray, starts: np.ndarray) -> tupl
 
 
 def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray, eta: float, tie_rtol: float,
-             scale: float, weights: np.ndarray, threads: int | None = 1
+             scale: float, weights: np.ndarray, threads: int | None = 1, scratch: "RecoveryScratch | None" = None
              ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sum of the column maxima of ``R - eta C`` (times the columns' ``weights``) over candidate
     pairs grouped by column, and each column's cheapest / most expensive argmax row and their
     costs.  ``threads``: the kernel's threads (None: :func:`kernel_threads`' choice for the number
-    of columns); the sum is the same on any number (the columns' terms added in column order)."""
+    of columns); the sum is the same on any number (the columns' terms added in column order).
+    ``scratch``: a :class:`RecoveryScratch` whose recycled arrays take the outputs."""
     n = starts.size
-    lo = np.empty(n, dtype=np.intp)
-    hi = np.empty(n, dtype=np.intp)
-    c_lo = np.empty(n)
-    c_hi = np.empty(n)
-    terms = np.empty(n)
+    if scratch is None:
+        lo, hi = np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp)
+        c_lo, c_hi, terms = np.empty(n), np.empty(n), np.empty(n)
+    else:  # (arrays that nothing else holds: see RecoveryScratch)
+        lo, hi = scratch.recycled((n,), np.intp), scratch.recycled((n,), np.intp)
+        c_lo, c_hi, terms = (scratch.recycled((n,), np.float64), scratch.recycled((n,), np.float64),
+                             scratch.recycled((n,), np.float64))
     args = (starts, rows, R, C, float(eta), float(tie_rtol), float(scale), weights, lo, hi, c_lo, c_hi, terms)
     use = kernel_threads(threads, n)
     if use == 1 or n < 256:
@@ -400,7 +403,7 @@ class RecoveryScratch:
       CPython), every array is fresh."""
 
     #: Most arrays kept for recycling (beyond it, fresh ones are handed out and not kept).
-    MAX_RECYCLED = 8
+    MAX_RECYCLED = 24
 
     def __init__(self):
         self._buffers: tuple[np.ndarray, np.ndarray] | None = None
