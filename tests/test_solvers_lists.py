@@ -231,7 +231,7 @@ def test_recovery_scratch_hands_out_again_only_arrays_nothing_else_holds():
     """The recycled arrays of the compiled recovery (a result's weights and plan rows): an array
     still held anywhere -- by a name, an attribute, a list, a view of it, a memoryview -- is never
     handed out again; once dropped, it is."""
-    scratch = _sparse_kernels.RecoveryScratch()
+    scratch = _sparse_kernels.SolveScratch()
     if scratch._free_count is None:  # pragma: no cover - not CPython: every array fresh
         pytest.skip("no reference counts on this interpreter")
     a = scratch.recycled((5, 2), np.float64)

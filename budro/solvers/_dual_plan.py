@@ -76,7 +76,7 @@ class _Candidates:
     #: ... and for eta <= ceiling only (inf: for every eta); g must not be evaluated above it.
     ceiling: float = math.inf
     #: Where the compiled evaluations take their output arrays (the list layout's
-    #: :class:`~budro.solvers._sparse_kernels.RecoveryScratch`; None: fresh arrays).
+    #: :class:`~budro.solvers._sparse_kernels.SolveScratch`; None: fresh arrays).
     scratch: Any = None
 
 
@@ -415,7 +415,7 @@ def result_from_switch(problem: TransportProblem, cheap: tuple[np.ndarray, np.nd
     arithmetic in the same order, so the same plan, weights, objective and cost to the last bit
     (``tests/test_solvers_lists.py``); about 0.2 ms less per solve at n = 800 to 4222.  The kernel
     writes the entries' rows and the products the two sums add (into ``scratch``, a
-    :class:`~budro.solvers._sparse_kernels.RecoveryScratch` kept by the caller, where given); the
+    :class:`~budro.solvers._sparse_kernels.SolveScratch` kept by the caller, where given); the
     columns and values of the entries are laid out only when the plan is read."""
     if not compiled:
         rows, cols, vals, entry_costs, split, n_switched = _switch_entries(problem, cheap[0], dear[0], switch,

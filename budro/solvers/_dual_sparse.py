@@ -47,9 +47,9 @@ class _SparseLayout:
         return _sparse_kernels.Workspace(n, n * m)
 
     @functools.cached_property
-    def recovery(self) -> "_sparse_kernels.RecoveryScratch":
-        """The compiled recovery's product buffers, reused every round."""
-        return _sparse_kernels.RecoveryScratch()
+    def scratch(self) -> "_sparse_kernels.SolveScratch":
+        """The compiled solve's arrays kept from round to round (recovery, evaluations of g)."""
+        return _sparse_kernels.SolveScratch()
 
     @functools.cached_property
     def complete(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
@@ -186,7 +186,7 @@ class _Locality:
     #: (a copy of the last labels given, them renumbered): a fit's labels are the same every round
     labels: list = field(default_factory=lambda: [None, None])
     #: The renumbered losses and the weights numbered back, in arrays recycled from round to round
-    scratch: "_sparse_kernels.RecoveryScratch" = field(default_factory=lambda: _sparse_kernels.RecoveryScratch())
+    scratch: "_sparse_kernels.SolveScratch" = field(default_factory=lambda: _sparse_kernels.SolveScratch())
 
     def renumbered_labels(self, labels: np.ndarray) -> np.ndarray:
         """``labels[perm]``, reused while the labels are equal to the last ones (a comparison
@@ -276,7 +276,7 @@ def _rows(solver, a: np.ndarray, idx: np.ndarray, scratch=None) -> np.ndarray:
     """``a[idx]`` for an (n, K) float64 array: by the compiled gather on the kernel threads from
     :data:`GATHER_PARALLEL_MIN` rows (7.7-9.3 against 13.6-18.8 ms at 10^6 points), else np.take
     (a row gather 8x faster than fancy indexing at that size); there into an array of
-    ``scratch`` (a :class:`~budro.solvers._sparse_kernels.RecoveryScratch`) where given."""
+    ``scratch`` (a :class:`~budro.solvers._sparse_kernels.SolveScratch`) where given."""
     use = 1 if idx.size < GATHER_PARALLEL_MIN or not compiled(solver) else _sparse_kernels.kernel_threads(
         solver.kernel_threads, idx.size)
     if use == 1 or a.dtype != np.float64 or a.ndim != 2:  # (one thread: no parallel kernel, as in a forked child)
@@ -647,7 +647,7 @@ def sparse_candidates_compiled(solver, layout: _SparseLayout, losses: np.ndarray
     eta = 0.0 if need <= 0.0 else layout.breakpoint(edge_e, edge_dc, need)
     return _Candidates(rows=rows, cols=cols, starts=starts, R=R, C=C, breakpoint_eta=eta, compiled=True,
                        weights=layout.weights, edges=(edge_e, edge_dc, last_cost), floor=float(floor),
-                       ceiling=float(ceiling), scratch=layout.recovery), n_dom
+                       ceiling=float(ceiling), scratch=layout.scratch), n_dom
 
 
 #: Rounds of drift the first warm lists are pruned for; adapted between 1 and _WARM_MAX_HORIZON.

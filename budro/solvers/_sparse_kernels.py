@@ -359,18 +359,18 @@ def group_top(losses: np.ndarray, order: np.ndarray, starts: np.ndarray) -> tupl
 
 
 def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray, eta: float, tie_rtol: float,
-             scale: float, weights: np.ndarray, threads: int | None = 1, scratch: "RecoveryScratch | None" = None
+             scale: float, weights: np.ndarray, threads: int | None = 1, scratch: "SolveScratch | None" = None
              ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Sum of the column maxima of ``R - eta C`` (times the columns' ``weights``) over candidate
     pairs grouped by column, and each column's cheapest / most expensive argmax row and their
     costs.  ``threads``: the kernel's threads (None: :func:`kernel_threads`' choice for the number
     of columns); the sum is the same on any number (the columns' terms added in column order).
-    ``scratch``: a :class:`RecoveryScratch` whose recycled arrays take the outputs."""
+    ``scratch``: a :class:`SolveScratch` whose recycled arrays take the outputs."""
     n = starts.size
     if scratch is None:
         lo, hi = np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp)
         c_lo, c_hi, terms = np.empty(n), np.empty(n), np.empty(n)
-    else:  # (arrays that nothing else holds: see RecoveryScratch)
+    else:  # (arrays that nothing else holds: see SolveScratch)
         lo, hi = scratch.recycled((n,), np.intp), scratch.recycled((n,), np.intp)
         c_lo, c_hi, terms = (scratch.recycled((n,), np.float64), scratch.recycled((n,), np.float64),
                              scratch.recycled((n,), np.float64))
@@ -385,17 +385,19 @@ def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray,
     return float(total), lo, hi, c_lo, c_hi
 
 
-class RecoveryScratch:
-    """The compiled recovery's buffers, kept from one solve to the next (one per list layout):
-    fresh n-sized arrays every round cost page faults on first touch, and in a fit they come
-    fresh (Adult, LightGBM: the recovery 1.0-1.2 ms a round with its arrays fresh, 0.4-0.5 ms
-    without).
+class SolveScratch:
+    """Arrays of the compiled solve kept from one solve to the next (one per list layout, one per
+    locality renumbering): the recovery's, the evaluations of g's and the renumbering's row
+    gathers'.  Fresh n-sized arrays every round cost page faults on first touch inside a fit
+    (Adult, LightGBM: the recovery 1.0-1.1 ms a solve with its arrays fresh, 0.3-0.45 ms without;
+    ``benchmarks/solve_phases.py``).
 
     - ``buffers``: the two product buffers (each entry's value times its loss and cost), summed
       by the caller at once; what :func:`switch_plan` returns of them are views, valid until the
       next call.
-    - ``recycled``: the arrays a result keeps (its weights, its plan's rows), handed out again
-      only once nothing but this scratch holds them: CPython's reference count of an array
+    - ``recycled``: the arrays that leave the call (a result's weights and plan rows, an
+      evaluation's argmax rows and costs, a gather's rows), handed out again only once nothing
+      but this scratch holds them: CPython's reference count of an array
       counts every view of it and every object holding it (what ``ndarray.resize(refcheck=True)``
       checks), so an array still referenced anywhere -- a fit's last result, a caller's copy of
       its weights -- is never written; a fit drops each round's result a round later, so two or
@@ -440,7 +442,7 @@ class RecoveryScratch:
 
 def switch_plan(rows_cheap: np.ndarray, rows_dear: np.ndarray, cost_cheap: np.ndarray, cost_dear: np.ndarray,
                 deficit: float, switch: bool, labels: np.ndarray, losses: np.ndarray,
-                scratch: RecoveryScratch | None = None):
+                scratch: SolveScratch | None = None):
     """The exact recovery and the plan's weights in one compiled pass (``_sparse_numba.switch_plan``):
     ``(rows, prod_loss, prod_cost, weights, split_column or None, n_switched, split_vals)``.  The
     plan's entries are the columns in order, then the split column's second row; ``rows`` their

@@ -465,7 +465,7 @@ class DualSolver(Solver):
             # The argmax costs are the listed costs (of the neighbour lists, or the groups' costs
             # the reduced problem was solved with), exactly what cost.entries would give: O(n).
             result, split_column, n_switched = _dual_plan.result_from_switch(
-                problem, cheap, dear, switch, compiled=use_compiled, scratch=layout.recovery if use_compiled else None,
+                problem, cheap, dear, switch, compiled=use_compiled, scratch=layout.scratch if use_compiled else None,
                 **meta, info=info)
         else:
             plan, split_column, n_switched = _switch_until_budget(problem, cheap[0], dear[0], switch)
