@@ -27,8 +27,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 #: (module, attribute, part): what is timed (a class attribute as "Class.method").
 PARTS = [
     ("budro.solvers.dual", "DualSolver.solve", "solve"),
@@ -95,7 +93,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fits", type=_fits, default=1, help="fits in this process (default 1)")
     args = ap.parse_args(argv)
 
-    import training  # benchmarks/training.py: the paper settings
+    import training  # benchmarks/training.py, the paper settings (the script's folder is first on sys.path)
 
     import budro
     from budro import BuDROClassifier

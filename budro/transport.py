@@ -1151,8 +1151,8 @@ class TransportProblem:
     def max_abs_loss(self) -> float:
         """``max |losses|``, computed once per problem (a solve reads it for its tie tolerances
         several times: at Adult's 36 177 rows 24 us each): ``np.abs(losses).max()`` exactly, as
-        the larger of the largest loss and minus the smallest, without the n x K temporary (whose
-        fresh pages cost about 0.2 ms of every Adult solve in a fit)."""
+        the larger of the largest loss and minus the smallest, without an n x K temporary (an array
+        of fresh pages every solve inside a fit)."""
         losses = self.losses
         return abs(max(float(losses.max()), -float(losses.min())))
 

@@ -392,23 +392,19 @@ class SolveScratch:
     (Adult, LightGBM: the recovery 1.0-1.1 ms a solve with its arrays fresh, 0.3-0.45 ms without;
     ``benchmarks/solve_phases.py``).
 
-    - ``buffers``: the two product buffers (each entry's value times its loss and cost), summed
-      by the caller at once; what :func:`switch_plan` returns of them are views, valid until the
-      next call.
-    - ``recycled``: the arrays that leave the call (a result's weights and plan rows, an
-      evaluation's argmax rows and costs, a gather's rows), handed out again only once nothing
-      but this scratch holds them: CPython's reference count of an array
-      counts every view of it and every object holding it (what ``ndarray.resize(refcheck=True)``
-      checks), so an array still referenced anywhere -- a fit's last result, a caller's copy of
-      its weights -- is never written; a fit drops each round's result a round later, so two or
-      three arrays of each kind go round.  Where reference counts are not available (not
-      CPython), every array is fresh."""
+    :meth:`recycled` hands an array out again only once nothing but this scratch holds it
+    (a result's weights and plan rows, an evaluation's argmax rows and costs, a gather's rows,
+    the recovery's products summed at once): CPython's reference count of an array counts every
+    view of it and every object holding it (what ``ndarray.resize(refcheck=True)`` checks), so
+    an array still referenced anywhere -- a fit's last result, a caller's copy of its weights --
+    is never written; a fit drops each round's result a round later, so two or three arrays of
+    each kind go round.  Where reference counts are not available (not CPython), every array is
+    fresh."""
 
     #: Most arrays kept for recycling (beyond it, fresh ones are handed out and not kept).
     MAX_RECYCLED = 24
 
     def __init__(self):
-        self._buffers: tuple[np.ndarray, np.ndarray] | None = None
         self._recycled: list[np.ndarray] = []
         # The count of an array held by this scratch only, measured as the check reads it
         # (the same expression, so interpreter details cancel out); None: no recycling.
@@ -420,12 +416,6 @@ class SolveScratch:
 
     def _count(self, i: int) -> int:
         return sys.getrefcount(self._recycled[i])
-
-    def buffers(self, size: int) -> tuple[np.ndarray, np.ndarray]:
-        held = self._buffers
-        if held is None or held[0].size < size:
-            held = self._buffers = (np.empty(size), np.empty(size))
-        return held
 
     def recycled(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         """An array of ``shape`` and ``dtype`` (contents undefined) that nothing else holds."""
@@ -448,8 +438,8 @@ def switch_plan(rows_cheap: np.ndarray, rows_dear: np.ndarray, cost_cheap: np.nd
     plan's entries are the columns in order, then the split column's second row; ``rows`` their
     rows; each has the value 1/n except the split column's two, ``split_vals`` = ((1 - theta)/n,
     theta/n) (:func:`switched_entries` lays the entries out); ``prod_loss`` / ``prod_cost``: each
-    entry's value times its loss / cost (views into ``scratch`` where given, whose recycled arrays
-    hold ``rows`` and ``weights``)."""
+    entry's value times its loss / cost.  ``scratch``: a :class:`SolveScratch` whose recycled
+    arrays take all of them."""
     n = rows_cheap.size
     K = losses.shape[1]
     if scratch is None:
@@ -458,7 +448,7 @@ def switch_plan(rows_cheap: np.ndarray, rows_dear: np.ndarray, cost_cheap: np.nd
         weights = np.zeros((n, K))
     else:
         out_rows = scratch.recycled((n + 1,), np.intp)
-        prod_loss, prod_cost = scratch.buffers(n + 1)
+        prod_loss, prod_cost = scratch.recycled((n + 1,), np.float64), scratch.recycled((n + 1,), np.float64)
         weights = scratch.recycled((n, K), np.float64)
         weights.fill(0.0)
     split_vals = np.zeros(2)
