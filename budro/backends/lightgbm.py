@@ -65,6 +65,7 @@ import numpy as np
 from scipy.special import expit
 
 from budro._archive import write_atomic
+from budro.backends import _lightgbm_leaves
 from budro.backends._common import (
     BuiltinBackend,
     Number,
@@ -394,6 +395,7 @@ class LightGBMBackend(BuiltinBackend):
         self._dataset = None
         self._margins: np.ndarray | None = None
         self._direct: _DirectRounds | None = None
+        self._cap: _lightgbm_leaves.LeafCap | None = None
         self._n_train = 0
         self._scale_pos_weight = 1.0
 
@@ -447,10 +449,17 @@ class LightGBMBackend(BuiltinBackend):
         lgb = _lgb()
         X, y, n_classes, categorical = check_training_data(X, y, n_classes, categorical_features)
         params = self._with_threads(self._train_params(n_classes, random_state, native=False), X.shape[0])
-        self._booster = self._dataset = self._margins = self._direct = None
+        self._booster = self._dataset = self._margins = self._direct = self._cap = None
         n = X.shape[0]
         dataset = _dataset(lgb, X, categorical, params, label=y)
-        booster = lgb.Booster(params=params, train_set=dataset)
+        # the trees of the requested num_leaves, grown under a smaller cap where they stay smaller
+        # (budro.backends._lightgbm_leaves): LightGBM's learner works in proportion to num_leaves
+        cap = _lightgbm_leaves.first_cap(params) if _c_library(lgb, _CAP_CALLS) is not None else None
+        booster = lgb.Booster(params=params if cap is None else {**params, "num_leaves": cap}, train_set=dataset)
+        if cap is not None:
+            lib, check = _c_library(lgb, _CAP_CALLS)
+            self._cap = _lightgbm_leaves.LeafCap(lib, check, booster, cap, _lightgbm_leaves.effective_leaves(params),
+                                                 n * (1 if n_classes == 2 else n_classes))
         self._booster, self._dataset, self._n_train = booster, dataset, n
         self.n_classes_, self.n_features_in_, self._categorical = n_classes, X.shape[1], categorical
         self._scale_pos_weight = float(params.get("scale_pos_weight", 1.0))
@@ -473,11 +482,30 @@ class LightGBMBackend(BuiltinBackend):
     def _boost(self, P: np.ndarray) -> None:
         scale = float(self._n_train) if self.weight_scale == "n" else 1.0
         objective = _d0_objective(P * scale if scale != 1.0 else P, self.n_classes_, self._scale_pos_weight)
+        cap = self._cap if self._cap is not None and self._cap.active else None
+        rounds_before = cap.iteration() if cap is not None else 0
         if self._direct is not None:
-            self._direct.boost(*objective(self._cached_margins(), None))
+            margins = self._cached_margins()
+            self._direct.boost(*objective(margins, None))
+            if cap is not None:  # (the score the margins were read from, class-major)
+                cap.settle(rounds_before, self._direct.score, self._direct.again, self._resync)
         else:
+            before = None if cap is None or rounds_before == 0 else _class_major_copy(self._cached_margins())
             self._booster.update(fobj=objective)
+            if cap is not None:
+                cap.settle(rounds_before, before, lambda: self._booster.update(fobj=objective), self._resync)
         self._margins = None
+
+    def _resync(self) -> None:
+        """Have LightGBM recompute its training score tree by tree, as training accumulated it
+        (after a rollback that did not give the score back to the bit): the booster's training
+        data are reset to a ``Dataset`` of the same rows (LightGBM's subset of all of them, the
+        same bins), for which it adds up every tree's outputs again."""
+        lgb = _lgb()
+        lib, check = _c_library(lgb, _CAP_CALLS)
+        same = self._dataset.subset(np.arange(self._n_train, dtype=np.int32)).construct()
+        check(lib.LGBM_BoosterResetTrainingData(self._booster._handle, same._handle))
+        self._dataset = self._booster.train_set = same
 
     def _cached_margins(self) -> np.ndarray:
         if self._margins is None and self._direct is not None:
@@ -514,6 +542,7 @@ class LightGBMBackend(BuiltinBackend):
         self._dataset = None
         self._margins = None
         self._direct = None
+        self._cap = None
 
     # -- the model ----------------------------------------------------------------------
     def predict_margin(self, X: np.ndarray) -> np.ndarray:
@@ -597,7 +626,7 @@ class LightGBMBackend(BuiltinBackend):
                 f"the data is not a valid LightGBM model for categorical_features={categorical}: "
                 f"its categorical features are {stored}"
             )
-        self._booster, self._dataset, self._margins, self._direct = booster, None, None, None
+        self._booster, self._dataset, self._margins, self._direct, self._cap = booster, None, None, None, None
         self.n_classes_, self.n_features_in_, self._categorical = n_classes, n_features, categorical
 
     @property
@@ -622,6 +651,7 @@ class LightGBMBackend(BuiltinBackend):
         state["_dataset"] = None
         state["_margins"] = None
         state["_direct"] = None
+        state["_cap"] = None
         return state
 
     # -- helpers ------------------------------------------------------------------------
@@ -632,7 +662,10 @@ class LightGBMBackend(BuiltinBackend):
         if self._dataset is None:  # fit_native, finished or unpickled: LightGBM's own objective
             return text
         objective = "binary sigmoid:1" if self.n_classes_ == 2 else f"multiclass num_class:{self.n_classes_}"
-        return _with_objective_line(text, objective)
+        text = _with_objective_line(text, objective)
+        if self._cap is not None:  # grown under a cap: the parameters say what was asked for
+            text = _lightgbm_leaves.with_num_leaves(text, int(self._params.get("num_leaves", 31)))
+        return text
 
 
 class _DirectRounds:
@@ -675,11 +708,20 @@ class _DirectRounds:
             raise BudroError(f"LightGBM returned {self._length.value} training scores, expected {self._score.size}")
         return np.array(self._class_major(self._score))
 
+    @property
+    def score(self) -> np.ndarray:
+        """The training score as last read by :meth:`margins` (class-major; kept array)."""
+        return self._score
+
     def boost(self, grad: np.ndarray, hess: np.ndarray) -> None:
         """One round on these gradients and hessians ((n,) or (n, K) float64, as the objective
         gives them)."""
         np.copyto(self._class_major(self._grad), grad, casting="same_kind")  # (float32, as Booster.update)
         np.copyto(self._class_major(self._hess), hess, casting="same_kind")
+        self.again()
+
+    def again(self) -> None:
+        """The round on the gradients and hessians of the last :meth:`boost` (after a rollback)."""
         self._check(self._lib.LGBM_BoosterUpdateOneIterCustom(self._handle, self._grad_p, self._hess_p,
                                                               self._ctypes.byref(self._finished)))
         # Booster.update's own "not predicted yet" for the training and any validation data
@@ -687,20 +729,39 @@ class _DirectRounds:
         self._booster._Booster__is_predicted_cur_iter = [False] * len(flags)
 
 
+#: The C functions that growing under a leaf cap calls (besides _DirectRounds').
+_CAP_CALLS = ("LGBM_BoosterGetCurrentIteration", "LGBM_BoosterSaveModelToString", "LGBM_BoosterGetPredict",
+              "LGBM_BoosterRollbackOneIter", "LGBM_BoosterResetParameter", "LGBM_BoosterResetTrainingData",
+              "LGBM_BoosterUpdateOneIterCustom")
+
+
+def _c_library(lgb, calls: tuple[str, ...]):
+    """``(lib, check)``: LightGBM's ctypes library and its error check, where the lightgbm package
+    exposes them with every one of ``calls``; else None."""
+    basic = getattr(lgb, "basic", None)
+    lib, check = getattr(basic, "_LIB", None), getattr(basic, "_safe_call", None)
+    if lib is None or check is None or not all(hasattr(lib, f) for f in calls):
+        return None
+    return lib, check
+
+
+def _class_major_copy(margins: np.ndarray) -> np.ndarray:
+    """Margins (n,) or (n, K) as LightGBM lays out its training score (class-major, flat)."""
+    m = np.asarray(margins, dtype=np.float64)
+    return m.copy() if m.ndim == 1 else np.ascontiguousarray(m.T).reshape(-1)
+
+
 def _direct_rounds(lgb, booster, n: int, n_classes: int) -> "_DirectRounds | None":
     """:class:`_DirectRounds` for a training booster whose f_0 ``Booster.update`` has made (it sets
     the objective to "none" once), or None where the LightGBM package does not expose what it
     needs (its ctypes library and error check, the booster's handle and its list of which
     training scores are current): the rounds then go through ``Booster.update``."""
-    basic = getattr(lgb, "basic", None)
-    lib, check = getattr(basic, "_LIB", None), getattr(basic, "_safe_call", None)
+    found = _c_library(lgb, ("LGBM_BoosterUpdateOneIterCustom", "LGBM_BoosterGetPredict"))
     handle = getattr(booster, "_handle", None)
     predicted = getattr(booster, "_Booster__is_predicted_cur_iter", None)
-    if lib is None or check is None or handle is None or not isinstance(predicted, list):
+    if found is None or handle is None or not isinstance(predicted, list):
         return None
-    if not all(hasattr(lib, f) for f in ("LGBM_BoosterUpdateOneIterCustom", "LGBM_BoosterGetPredict")):
-        return None
-    return _DirectRounds(booster, n, n_classes, lib, check)
+    return _DirectRounds(booster, n, n_classes, *found)
 
 
 def _d0_objective(P: np.ndarray, n_classes: int, scale_pos_weight: float) -> Callable:
