@@ -90,3 +90,30 @@ def test_solve_phases_refuses_a_bad_number_of_fits_before_any_fit(value):
     assert proc.returncode == 2
     assert f"argument --fits: expected a number of fits >= 1, got '{value}'" in proc.stderr.strip().splitlines()[-1]
     assert proc.stdout == ""  # nothing measured
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "x"])
+def test_lightgbm_leaves_refuses_a_bad_number_of_repeats_before_any_fit(value):
+    script = SOLVERS.parent / "lightgbm_leaves.py"
+    proc = subprocess.run([sys.executable, str(script), "--repeats", value], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert f"argument --repeats: expected a number of repeats >= 1, got '{value}'" in proc.stderr.strip().splitlines()[-1]
+    assert proc.stdout == ""  # nothing measured
+
+
+def test_capped_note_reports_the_plain_fit_under_the_same_leaf_cap():
+    """The Adult LightGBM target line names the ratio to plain LightGBM under BuDRO's leaf cap
+    (and whether its trees are the plain fit's), beside the target's own ratio."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("training_for_note", SOLVERS.parent / "training.py")
+    training = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(training)
+    r = {"capped_ratio": 1.82, "leaf_cap": 2048, "backend": "lightgbm", "backend_params": {"num_leaves": 16384},
+         "plain_capped_same_trees": True, "plain_capped_s": 2.2, "rounds": 200,
+         "second": {"capped_ratio_median": 1.84, "capped_ratio_range": (1.8, 1.9)}}
+    note = training._capped_note(r)
+    assert "leaf cap of 2048 (num_leaves 16384" in note and "the same trees as the plain fit's" in note
+    assert "the ratio is 1.82, later fits 1.84 (range 1.80-1.90)" in note and "11.00 ms per round" in note
+    assert "NOT the plain fit's trees" in training._capped_note({**r, "plain_capped_same_trees": False})
+    assert training._capped_note({"ratio": 0.7}) == ""
