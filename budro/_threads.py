@@ -41,17 +41,20 @@ from typing import Iterator
 
 from budro.exceptions import ConfigError
 
-__all__ = ["available_cores", "default_threads", "limit_threads", "pool_limits", "GOMP_SPINCOUNT_DEFAULT", "ENV_THREADS"]
+__all__ = ["available_cores", "busy_cores", "default_threads", "limit_threads", "pool_limits", "GOMP_SPINCOUNT_DEFAULT",
+           "ENV_THREADS"]
 
 #: Environment variable that fixes the thread count budro uses (overrides affinity and cgroups).
 ENV_THREADS = "BUDRO_NUM_THREADS"
 #: The ``GOMP_SPINCOUNT`` budro sets at import when neither it nor ``OMP_WAIT_POLICY`` is set.
 GOMP_SPINCOUNT_DEFAULT = "3000"
 
-# Where the kernel describes the process's cgroups (module attributes so tests can point them
-# at files of their own).
+# Where the kernel describes the process's cgroups, the runnable tasks of the machine and this
+# process's own threads (module attributes so tests can point them at files of their own).
 _PROC_CGROUP = "/proc/self/cgroup"
 _CGROUP_ROOT = "/sys/fs/cgroup"
+_PROC_STAT = "/proc/stat"
+_PROC_TASKS = "/proc/self/task"
 
 
 def _affinity_cores() -> int:
@@ -174,20 +177,79 @@ def available_cores(max_age: float = 0.0) -> int:
 #: A booster gets one thread per this many training rows (at least 1, at most :func:`available_cores`).
 ROWS_PER_THREAD = 10_000
 
+#: Snapshots of the runnable tasks that :func:`busy_cores` takes (the fewest counts: a process
+#: that keeps a core busy is runnable in every one, a short-lived one in few), and the pause
+#: between two.
+BUSY_SAMPLES = 3
+BUSY_INTERVAL = 0.0005
 
-def default_threads(n_rows: int | None = None, *, max_age: float = 0.0) -> int:
+
+def _runnable_elsewhere() -> int | None:
+    """Runnable tasks of other processes now: the machine's (``procs_running`` of /proc/stat)
+    minus this process's own running threads (state R in /proc/self/task/*/stat); None where
+    the files are not there (not Linux)."""
+    text = _read(Path(_PROC_STAT))
+    if text is None:
+        return None
+    running = None
+    for line in text.splitlines():
+        if line.startswith("procs_running "):
+            try:
+                running = int(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+            break
+    if running is None:
+        return None
+    own = 0
+    try:
+        tasks = os.listdir(_PROC_TASKS)
+    except OSError:
+        tasks = []
+    for tid in tasks:
+        stat = _read(Path(_PROC_TASKS) / tid / "stat")
+        # "pid (comm) S ...": the state follows the command's closing parenthesis
+        if stat is not None and stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "R":
+            own += 1
+    return max(0, running - max(own, 1))
+
+
+def busy_cores() -> int:
+    """Cores that other processes keep busy now: the fewest runnable tasks of other processes in
+    :data:`BUSY_SAMPLES` snapshots :data:`BUSY_INTERVAL` s apart (0 where they cannot be read)."""
+    counts = []
+    for i in range(BUSY_SAMPLES):
+        if i:
+            time.sleep(BUSY_INTERVAL)
+        count = _runnable_elsewhere()
+        if count is None:
+            return 0
+        counts.append(count)
+    return min(counts)
+
+
+def default_threads(n_rows: int | None = None, *, max_age: float = 0.0, yield_busy: bool = False) -> int:
     """The thread count of a booster whose user set none: :func:`available_cores`, and for
     ``n_rows`` training rows at most one thread per :data:`ROWS_PER_THREAD` rows.
 
     A round on a few thousand rows takes well under a millisecond, less than waking a second
     thread at each of its parallel regions: German (800 rows) fitted fastest on one thread, or
-    within 12 % of the fastest, on an idle machine and beside a busy process (docs/threads.md)."""
+    within 12 % of the fastest, on an idle machine and beside a busy process (docs/threads.md).
+
+    ``yield_busy``: leave out the cores that other processes keep busy now (:func:`busy_cores`,
+    out of the machine's ``os.cpu_count()``), at least one: for a library whose many short
+    parallel regions wait at every barrier for a thread the scheduler has given another process's
+    core (LightGBM: Adult's trees took 102 ms a round on two threads beside one busy process,
+    16 ms on one; docs/threads.md)."""
     if n_rows is not None and int(n_rows) < 2 * ROWS_PER_THREAD:
         return 1  # whatever the cores (reading them takes ~0.1 ms: the affinity and cgroup files)
     cores = available_cores(max_age)
-    if n_rows is None:
-        return cores
-    return int(max(1, min(cores, int(n_rows) // ROWS_PER_THREAD)))
+    if n_rows is not None:
+        cores = int(max(1, min(cores, int(n_rows) // ROWS_PER_THREAD)))
+    if yield_busy and cores > 1 and _env_threads() is None:
+        free = (os.cpu_count() or cores) - busy_cores()
+        cores = max(1, min(cores, free))
+    return cores
 
 
 #: threadpoolctl's controller of the pools loaded in this process, with the key it was made for.

@@ -247,3 +247,88 @@ def test_max_age_reuses_a_recent_quota_reading(fake_cgroups, monkeypatch):
     monkeypatch.setenv(_threads.ENV_THREADS, "5")
     assert _threads.available_cores(max_age=60.0) == 5
     assert _threads.default_threads(10**6, max_age=60.0) == 5
+
+
+@pytest.fixture
+def fake_tasks(tmp_path, monkeypatch):
+    """Point busy_cores at a fake /proc/stat (procs_running) and /proc/self/task (this process's
+    threads and their states)."""
+    stat = tmp_path / "stat"
+    tasks = tmp_path / "task"
+    tasks.mkdir()
+    monkeypatch.setattr(_threads, "_PROC_STAT", str(stat))
+    monkeypatch.setattr(_threads, "_PROC_TASKS", str(tasks))
+    monkeypatch.setattr(_threads, "BUSY_INTERVAL", 0.0)
+
+    def write(running: int, own_states: str) -> None:
+        stat.write_text(f"cpu  1 2 3 4\nctxt 99\nprocs_running {running}\nprocs_blocked 0\n")
+        for old in tasks.iterdir():
+            (old / "stat").unlink()
+            old.rmdir()
+        for i, state in enumerate(own_states):
+            (tasks / str(100 + i)).mkdir()
+            (tasks / str(100 + i) / "stat").write_text(f"{100 + i} (python (budro) x) {state} 1 2 3 4\n")
+
+    return write
+
+
+def test_busy_cores_counts_other_processes_runnable_tasks(fake_tasks):
+    fake_tasks(3, "RSS")  # 3 runnable on the machine, one of them this process's thread
+    assert _threads.busy_cores() == 2
+    fake_tasks(4, "RRS")  # this process runs two threads (a kernel preload beside the fit)
+    assert _threads.busy_cores() == 2
+    fake_tasks(1, "R")
+    assert _threads.busy_cores() == 0
+
+
+def test_busy_cores_takes_the_fewest_of_its_snapshots(fake_tasks, monkeypatch):
+    counts = iter([3, 1, 2])
+    monkeypatch.setattr(_threads, "_runnable_elsewhere", lambda: next(counts))
+    assert _threads.busy_cores() == 1  # a short-lived process shows in some snapshots only
+
+
+def test_busy_cores_without_the_files_is_zero(tmp_path, monkeypatch):
+    monkeypatch.setattr(_threads, "_PROC_STAT", str(tmp_path / "missing"))
+    assert _threads.busy_cores() == 0
+    (tmp_path / "stat").write_text("cpu 1 2\n")  # no procs_running line
+    monkeypatch.setattr(_threads, "_PROC_STAT", str(tmp_path / "stat"))
+    assert _threads.busy_cores() == 0
+
+
+def test_default_threads_leave_busy_cores_out_only_when_asked(fake_cgroups, fake_tasks, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    fake_tasks(7, "R")  # six other processes keep six of the eight cores busy
+    assert _threads.default_threads(10**6) == 8
+    assert _threads.default_threads(10**6, yield_busy=True) == 2
+    assert _threads.default_threads(36_177, yield_busy=True) == 2  # 3 by the rows, 2 free
+    fake_tasks(20, "R")  # more runnable tasks than cores: still one thread
+    assert _threads.default_threads(10**6, yield_busy=True) == 1
+    fake_tasks(1, "R")
+    assert _threads.default_threads(10**6, yield_busy=True) == 8
+    assert _threads.default_threads(800, yield_busy=True) == 1
+    monkeypatch.setenv(_threads.ENV_THREADS, "5")  # the user's count: nothing left out
+    fake_tasks(7, "R")
+    assert _threads.default_threads(10**6, yield_busy=True) == 5
+
+
+def test_lightgbm_default_threads_yield_to_busy_cores(monkeypatch):
+    """LightGBM's default leaves out the cores other processes keep busy when training starts;
+    XGBoost's does not (its thread count can change its sums)."""
+    from budro.backends.lightgbm import LightGBMBackend
+    from budro.backends.xgboost import XGBoostBackend
+
+    monkeypatch.delenv(_threads.ENV_THREADS, raising=False)
+    monkeypatch.setattr(_threads, "available_cores", lambda max_age=0.0: 2)
+    monkeypatch.setattr(_threads, "busy_cores", lambda: 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    X = np.random.default_rng(0).normal(size=(40_000, 3))
+    y = (X[:, 0] > 0).astype(float)
+    lgb_backend = LightGBMBackend(num_leaves=4)
+    lgb_backend.start(X, y, 2)
+    assert _library_threads(lgb_backend) == 1
+    xgb_backend = XGBoostBackend(max_depth=2)
+    xgb_backend.start(X, y, 2)
+    assert _library_threads(xgb_backend) == 2
+    monkeypatch.setattr(_threads, "busy_cores", lambda: 0)
+    lgb_backend.start(X, y, 2)
+    assert _library_threads(lgb_backend) == 2

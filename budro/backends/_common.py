@@ -128,6 +128,9 @@ class BuiltinBackend(Backend):
     #: :func:`budro._threads.default_threads` (the cores this process may use), not the
     #: library's own default (every core of the machine, whatever the affinity mask or cgroup).
     THREAD_PARAM: ClassVar[str | None] = None
+    #: Whether the default thread count leaves out the cores other processes keep busy when
+    #: training starts (``default_threads(..., yield_busy=True)``).
+    THREADS_YIELD_BUSY: ClassVar[bool] = False
 
     #: Categorical columns of the current model (class-level default: backends pickled before
     #: categorical support unpickle without the attribute).
@@ -230,7 +233,7 @@ class BuiltinBackend(Backend):
         if self.THREAD_PARAM is not None and self.THREAD_PARAM not in self._given_as:
             from budro._threads import default_threads
 
-            params[self.THREAD_PARAM] = default_threads(n_rows)
+            params[self.THREAD_PARAM] = default_threads(n_rows, yield_busy=self.THREADS_YIELD_BUSY)
         return params
 
     def _key(self, native: str) -> str:

@@ -380,6 +380,9 @@ class LightGBMBackend(BuiltinBackend):
     PARAM_RULES = PARAM_RULES
     PROBE_SKIP = frozenset({"monotone_constraints", "interaction_constraints", "max_bin_by_feature", "num_threads"})
     THREAD_PARAM = "num_threads"
+    # its many short parallel regions (several per split) stall beside a busy process; its
+    # col-wise histograms give the same trees on any thread count (docs/threads.md)
+    THREADS_YIELD_BUSY = True
     LIBRARY = "LightGBM"
 
     @classmethod
