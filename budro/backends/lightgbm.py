@@ -348,6 +348,12 @@ class LightGBMBackend(BuiltinBackend):
     A round in which LightGBM finds no split adds no tree (LightGBM's own training behaves the
     same way), so :attr:`n_rounds` counts the rounds that were kept.
 
+    Where ``num_leaves`` is far above what the trees use (the paper's depth-14 trees:
+    ``num_leaves = 2**14``, 700-1200 leaves at Adult), each tree grows under a smaller leaf cap,
+    raised and the round grown again where a tree reaches it: the same trees, without LightGBM's
+    work per leaf slot at every split (:mod:`budro.backends._lightgbm_leaves`; not with bagging,
+    feature fractions, extra trees or monotone constraints).
+
     While training, :attr:`model` is the live booster, whose own ``predict`` returns raw
     margins (it has no objective); after :meth:`finish` it is a booster with LightGBM's
     ``binary``/``multiclass`` objective.  A pickled backend keeps its model but not its
@@ -642,7 +648,10 @@ class LightGBMBackend(BuiltinBackend):
 
     @property
     def model(self):
-        """The ``lightgbm.Booster`` (the live training booster until :meth:`finish`)."""
+        """The ``lightgbm.Booster`` (the live training booster until :meth:`finish`; while it
+        trains, its ``num_leaves`` parameter may be the leaf cap its trees grow under, see
+        :mod:`budro.backends._lightgbm_leaves`; saved, pickled and finished models say the
+        requested value)."""
         self._require_model("model")
         return self._booster
 
