@@ -5,10 +5,12 @@ the machine was before and after its runs)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import time
 from pathlib import Path
+from typing import Callable
 
 
 def replace_section(path: Path, section: str, body: str, *, new_file: str = "") -> None:
@@ -76,3 +78,19 @@ def speed_text(reading: dict[str, float] | None) -> str:
         return "not measured"
     return (f"float32 GEMM {reading['gemm_gflops']:.0f} GFLOP/s, copy {reading['copy_gbps']:.1f} GB/s, "
             f"Python loop {reading['python_mops']:.1f} M iterations/s")
+
+
+def count_argument(noun: str) -> Callable[[str], int]:
+    """An argparse ``type`` for a count of ``noun`` (a whole number >= 1): argparse names the
+    argument on a refusal, before any measurement starts."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"expected a number of {noun} >= 1, got {text!r}")
+        return value
+
+    return parse

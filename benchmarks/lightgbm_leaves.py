@@ -25,17 +25,7 @@ import sys
 import time
 
 import numpy as np
-
-
-def _repeats(text: str) -> int:
-    """``--repeats``: a whole number >= 1 (argparse names the argument on a refusal)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of repeats >= 1, got {text!r}")
-    return value
+from _report import count_argument  # benchmarks/ is the script's folder, first on sys.path
 
 
 def _trees(text: str) -> str:
@@ -44,7 +34,7 @@ def _trees(text: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeats", type=_repeats, default=2, help="alternations of each fit (default 2)")
+    ap.add_argument("--repeats", type=count_argument("repeats"), default=2, help="alternations of each fit (default 2)")
     args = ap.parse_args(argv)
 
     import training  # benchmarks/training.py, the paper settings (the script's folder is first on sys.path)

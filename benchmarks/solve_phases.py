@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _report import count_argument  # benchmarks/ is the script's folder, first on sys.path
 
 #: (module, attribute, part): what is timed (a class attribute as "Class.method").
 PARTS = [
@@ -76,21 +77,10 @@ class _Recorder:
         return True
 
 
-def _fits(text: str) -> int:
-    """``--fits``: a whole number >= 1 (argparse names the argument on a refusal)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of fits >= 1, got {text!r}")
-    return value
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="lightgbm", choices=["lightgbm", "xgboost"])
-    ap.add_argument("--fits", type=_fits, default=1, help="fits in this process (default 1)")
+    ap.add_argument("--fits", type=count_argument("fits"), default=1, help="fits in this process (default 1)")
     args = ap.parse_args(argv)
 
     import training  # benchmarks/training.py, the paper settings (the script's folder is first on sys.path)

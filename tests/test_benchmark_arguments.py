@@ -84,20 +84,13 @@ def test_training_reports_the_median_process_and_pools_the_later_pairs(monkeypat
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
-def test_solve_phases_refuses_a_bad_number_of_fits_before_any_fit(value):
-    script = SOLVERS.parent / "solve_phases.py"
-    proc = subprocess.run([sys.executable, str(script), "--fits", value], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize(("script", "option", "noun"), [("solve_phases.py", "--fits", "fits"),
+                                                       ("lightgbm_leaves.py", "--repeats", "repeats")])
+def test_fit_counts_are_refused_before_any_fit(script, option, noun, value):
+    proc = subprocess.run([sys.executable, str(SOLVERS.parent / script), option, value], capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 2
-    assert f"argument --fits: expected a number of fits >= 1, got '{value}'" in proc.stderr.strip().splitlines()[-1]
-    assert proc.stdout == ""  # nothing measured
-
-
-@pytest.mark.parametrize("value", ["0", "-3", "x"])
-def test_lightgbm_leaves_refuses_a_bad_number_of_repeats_before_any_fit(value):
-    script = SOLVERS.parent / "lightgbm_leaves.py"
-    proc = subprocess.run([sys.executable, str(script), "--repeats", value], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert f"argument --repeats: expected a number of repeats >= 1, got '{value}'" in proc.stderr.strip().splitlines()[-1]
+    assert f"argument {option}: expected a number of {noun} >= 1, got '{value}'" in proc.stderr.strip().splitlines()[-1]
     assert proc.stdout == ""  # nothing measured
 
 
