@@ -209,8 +209,9 @@ def _runnable_elsewhere() -> int | None:
     for tid in tasks:
         stat = _read(Path(_PROC_TASKS) / tid / "stat")
         # "pid (comm) S ...": the state follows the command's closing parenthesis
-        if stat is not None and stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "R":
-            own += 1
+        if stat is not None:
+            state = stat.rfind(")") + 2
+            own += stat[state:state + 1] == "R"
     return max(0, running - max(own, 1))
 
 

@@ -112,11 +112,10 @@ class LeafCap:
         self._check(self._lib.LGBM_BoosterGetCurrentIteration(self._booster._handle, ctypes.byref(out)))
         return out.value
 
-    def last_leaves(self) -> int:
-        """The most leaves among the last round's trees (from their model text: LightGBM's C API
-        has no call that gives a tree's leaf count)."""
+    def last_leaves(self, last: int) -> int:
+        """The most leaves among the trees of round ``last`` (from their model text: LightGBM's C
+        API has no call that gives a tree's leaf count)."""
         handle = self._booster._handle
-        last = self.iteration() - 1
         for _ in range(2):
             size = self._text.size
             self._check(self._lib.LGBM_BoosterSaveModelToString(
@@ -137,6 +136,15 @@ class LeafCap:
             out.ctypes.data_as(ctypes.POINTER(ctypes.c_double))))
         return out
 
+    def recompute_score(self, dataset):
+        """Have LightGBM recompute its training score tree by tree, as training accumulated it:
+        the booster's training data are reset to a ``Dataset`` of the same rows (LightGBM's subset
+        of all of them, the same bins), for which it adds up every tree's outputs again.  Returns
+        that ``Dataset`` (the booster's training data from now on)."""
+        same = dataset.subset(np.arange(dataset.num_data(), dtype=np.int32)).construct()
+        self._check(self._lib.LGBM_BoosterResetTrainingData(self._booster._handle, same._handle))
+        return same
+
     def settle(self, rounds_before: int, before: np.ndarray | None, regrow: Callable[[], None],
                resync: Callable[[], None]) -> None:
         """After a round: while its trees may have been cut (as many leaves as the cap), undo it,
@@ -144,9 +152,12 @@ class LeafCap:
         ``rounds_before``: :meth:`iteration` before the round (a round that found no split adds
         no tree: nothing to check); ``before``: the training score before the round
         (class-major; None: all zeros, f_0); should the rollback not give it back to the bit,
-        ``resync`` recomputes the score."""
-        while self.active and self.iteration() > rounds_before:
-            leaves = self.last_leaves()
+        ``resync`` recomputes the score (:meth:`recompute_score`, with the caller's dataset)."""
+        while self.active:
+            rounds = self.iteration()
+            if rounds <= rounds_before:
+                return
+            leaves = self.last_leaves(rounds - 1)
             self.largest = max(self.largest, leaves)
             if leaves < self.cap:
                 return

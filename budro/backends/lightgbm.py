@@ -463,11 +463,11 @@ class LightGBMBackend(BuiltinBackend):
         dataset = _dataset(lgb, X, categorical, params, label=y)
         # the trees of the requested num_leaves, grown under a smaller cap where they stay smaller
         # (budro.backends._lightgbm_leaves): LightGBM's learner works in proportion to num_leaves
-        cap = _lightgbm_leaves.first_cap(params) if _c_library(lgb, _CAP_CALLS) is not None else None
+        library = _c_library(lgb, _CAP_CALLS)
+        cap = _lightgbm_leaves.first_cap(params) if library is not None else None
         booster = lgb.Booster(params=params if cap is None else {**params, "num_leaves": cap}, train_set=dataset)
         if cap is not None:
-            lib, check = _c_library(lgb, _CAP_CALLS)
-            self._cap = _lightgbm_leaves.LeafCap(lib, check, booster, cap, _lightgbm_leaves.effective_leaves(params),
+            self._cap = _lightgbm_leaves.LeafCap(*library, booster, cap, _lightgbm_leaves.effective_leaves(params),
                                                  n * (1 if n_classes == 2 else n_classes))
         self._booster, self._dataset, self._n_train = booster, dataset, n
         self.n_classes_, self.n_features_in_, self._categorical = n_classes, X.shape[1], categorical
@@ -506,15 +506,9 @@ class LightGBMBackend(BuiltinBackend):
         self._margins = None
 
     def _resync(self) -> None:
-        """Have LightGBM recompute its training score tree by tree, as training accumulated it
-        (after a rollback that did not give the score back to the bit): the booster's training
-        data are reset to a ``Dataset`` of the same rows (LightGBM's subset of all of them, the
-        same bins), for which it adds up every tree's outputs again."""
-        lgb = _lgb()
-        lib, check = _c_library(lgb, _CAP_CALLS)
-        same = self._dataset.subset(np.arange(self._n_train, dtype=np.int32)).construct()
-        check(lib.LGBM_BoosterResetTrainingData(self._booster._handle, same._handle))
-        self._dataset = self._booster.train_set = same
+        """LightGBM's training score recomputed tree by tree (after a rollback that did not give
+        it back to the bit), on a ``Dataset`` of the same rows that becomes the training data."""
+        self._dataset = self._booster.train_set = self._cap.recompute_score(self._dataset)
 
     def _cached_margins(self) -> np.ndarray:
         if self._margins is None and self._direct is not None:
