@@ -284,7 +284,7 @@ def _rows(solver, a: np.ndarray, idx: np.ndarray, scratch=None) -> np.ndarray:
             return np.take(a, idx, axis=0)
         # (mode "clip": the indices are a permutation; numpy buffers a checked take's output)
         return np.take(a, idx, axis=0, out=scratch.recycled(a.shape, np.float64), mode="clip")
-    out = np.empty(a.shape) if scratch is None else scratch.recycled(a.shape, np.float64)
+    out = _sparse_kernels.output_array(scratch, a.shape, np.float64)
     with _sparse_kernels.parallel_threads(use):
         _sparse_kernels._kernels().gather_rows(np.ascontiguousarray(a), idx, out)
     return out

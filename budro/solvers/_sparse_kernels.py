@@ -367,13 +367,8 @@ def evaluate(starts: np.ndarray, rows: np.ndarray, R: np.ndarray, C: np.ndarray,
     of columns); the sum is the same on any number (the columns' terms added in column order).
     ``scratch``: a :class:`SolveScratch` whose recycled arrays take the outputs."""
     n = starts.size
-    if scratch is None:
-        lo, hi = np.empty(n, dtype=np.intp), np.empty(n, dtype=np.intp)
-        c_lo, c_hi, terms = np.empty(n), np.empty(n), np.empty(n)
-    else:  # (arrays that nothing else holds: see SolveScratch)
-        lo, hi = scratch.recycled((n,), np.intp), scratch.recycled((n,), np.intp)
-        c_lo, c_hi, terms = (scratch.recycled((n,), np.float64), scratch.recycled((n,), np.float64),
-                             scratch.recycled((n,), np.float64))
+    lo, hi = output_array(scratch, (n,), np.intp), output_array(scratch, (n,), np.intp)
+    c_lo, c_hi, terms = (output_array(scratch, (n,), np.float64) for _ in range(3))
     args = (starts, rows, R, C, float(eta), float(tie_rtol), float(scale), weights, lo, hi, c_lo, c_hi, terms)
     use = kernel_threads(threads, n)
     if use == 1 or n < 256:
@@ -430,6 +425,12 @@ class SolveScratch:
         return out
 
 
+def output_array(scratch: SolveScratch | None, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An output array of ``shape`` and ``dtype`` (contents undefined): recycled by ``scratch``
+    (arrays that nothing else holds), or fresh where it is None."""
+    return np.empty(shape, dtype=dtype) if scratch is None else scratch.recycled(shape, dtype)
+
+
 def switch_plan(rows_cheap: np.ndarray, rows_dear: np.ndarray, cost_cheap: np.ndarray, cost_dear: np.ndarray,
                 deficit: float, switch: bool, labels: np.ndarray, losses: np.ndarray,
                 scratch: SolveScratch | None = None):
@@ -442,15 +443,10 @@ def switch_plan(rows_cheap: np.ndarray, rows_dear: np.ndarray, cost_cheap: np.nd
     arrays take all of them."""
     n = rows_cheap.size
     K = losses.shape[1]
-    if scratch is None:
-        out_rows = np.empty(n + 1, dtype=np.intp)
-        prod_loss, prod_cost = np.empty(n + 1), np.empty(n + 1)
-        weights = np.zeros((n, K))
-    else:
-        out_rows = scratch.recycled((n + 1,), np.intp)
-        prod_loss, prod_cost = scratch.recycled((n + 1,), np.float64), scratch.recycled((n + 1,), np.float64)
-        weights = scratch.recycled((n, K), np.float64)
-        weights.fill(0.0)
+    out_rows = output_array(scratch, (n + 1,), np.intp)
+    prod_loss, prod_cost = output_array(scratch, (n + 1,), np.float64), output_array(scratch, (n + 1,), np.float64)
+    weights = output_array(scratch, (n, K), np.float64)
+    weights.fill(0.0)
     split_vals = np.zeros(2)
     size, split, n_switched = _kernels().switch_plan(
         np.ascontiguousarray(rows_cheap, dtype=np.intp), np.ascontiguousarray(rows_dear, dtype=np.intp),
